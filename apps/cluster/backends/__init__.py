@@ -1,0 +1,40 @@
+"""`get_backend()`: the process-wide cluster backend named by GRYVIA_BACKEND."""
+
+from __future__ import annotations
+
+import threading
+
+from django.conf import settings
+
+from .base import ClusterBackend
+
+_lock = threading.Lock()
+_backend: ClusterBackend | None = None
+
+
+def get_backend() -> ClusterBackend:
+    global _backend
+    with _lock:
+        if _backend is None:
+            if settings.GRYVIA_BACKEND == "kubernetes":
+                from .kubernetes import KubernetesBackend
+
+                _backend = KubernetesBackend(
+                    qps=settings.GRYVIA_KUBE_QPS,
+                    burst=settings.GRYVIA_KUBE_BURST,
+                    timeout_s=settings.GRYVIA_KUBE_TIMEOUT_S,
+                )
+            else:
+                from .local import LocalBackend
+
+                _backend = LocalBackend(log_dir=settings.DATA_DIR / "logs")
+        return _backend
+
+
+def set_backend(backend: ClusterBackend | None) -> None:
+    """Replace the process-wide backend (tests, and `serve` shutting down)."""
+    global _backend
+    with _lock:
+        if _backend is not None and backend is not _backend:
+            _backend.close()
+        _backend = backend

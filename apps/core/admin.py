@@ -1,0 +1,23 @@
+from django.contrib import admin
+
+from .models import AuditEntry
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit log: read-only."""
+
+    list_display = ("created_at", "tenant_slug", "actor", "action", "object_type", "object_id")
+    list_filter = ("action", "object_type", "tenant_slug")
+    search_fields = ("actor", "object_id", "object_repr", "tenant_slug")
+    date_hierarchy = "created_at"
+    readonly_fields = [f.name for f in AuditEntry._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

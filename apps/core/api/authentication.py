@@ -1,0 +1,69 @@
+"""DRF authentication: Gryvia API keys and OAuth2 access tokens as `Authorization: Bearer`, and browser sessions.
+
+Each class sets `request.auth` to an `apps.core.principal.Principal`.
+"""
+
+from __future__ import annotations
+
+from oauth2_provider.contrib.rest_framework import OAuth2Authentication
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from apps.core.principal import Principal
+
+
+def bearer_token(request: Request) -> str | None:
+    header = authentication.get_authorization_header(request).decode("latin-1")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer gry_<key_id>_<secret>`."""
+
+    def authenticate(self, request: Request) -> tuple[object, Principal] | None:
+        token = bearer_token(request)
+        if token is None or not token.startswith("gry_"):
+            return None
+        from apps.tenants.services import api_key_authenticate
+
+        result = api_key_authenticate(raw_key=token)
+        if result is None:
+            raise exceptions.AuthenticationFailed("invalid, expired or revoked API key")
+        return result
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="gryvia"'
+
+
+class OAuthTokenAuthentication(OAuth2Authentication):
+    """An OAuth2 access token issued by Gryvia's own provider (django-oauth-toolkit)."""
+
+    def authenticate(self, request: Request) -> tuple[object, Principal] | None:
+        token = bearer_token(request)
+        if token is None or token.startswith("gry_"):
+            return None
+        result = super().authenticate(request)
+        if result is None:
+            raise exceptions.AuthenticationFailed("invalid, expired or revoked access token")
+        user, access_token = result
+        from apps.tenants.services import principal_for_user
+
+        return user, principal_for_user(user=user, kind="oauth", read_only="write" not in access_token.scope.split())
+
+
+class CsrfSessionAuthentication(authentication.SessionAuthentication):
+    """A logged-in browser session (CSRF enforced on writes, as DRF does)."""
+
+    def authenticate(self, request: Request) -> tuple[object, Principal] | None:
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        user, _ = result
+        from apps.tenants.services import principal_for_user
+
+        return user, principal_for_user(user=user, kind="session")

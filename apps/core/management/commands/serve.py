@@ -1,0 +1,43 @@
+"""Serve Gryvia with uvicorn (ASGI). Without REDIS_URL the embedded ticker runs reconcilers in this process.
+
+Ctrl-C or SIGTERM stops the server, the ticker and every process the local backend started.
+"""
+
+import logging
+
+import uvicorn
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from apps.cluster.backends import set_backend
+from apps.core.periodic import Ticker
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Run the ASGI server (and, in the embedded profile, the periodic ticker)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=None)
+
+    def handle(self, *args, host: str, port: int | None, **options) -> None:
+        ticker = None if settings.REDIS_URL else Ticker()
+        if ticker is not None:
+            ticker.start()
+        config = uvicorn.Config(
+            "gryvia_site.asgi:application",
+            host=host,
+            port=port or settings.GRYVIA_PORT,
+            lifespan="off",
+            log_level="info",
+            timeout_graceful_shutdown=10,
+        )
+        try:
+            uvicorn.Server(config).run()
+        finally:
+            if ticker is not None:
+                ticker.stop()
+            set_backend(None)
+            self.stdout.write("Gryvia stopped")

@@ -1,0 +1,206 @@
+"""The reconcile framework: push what the database wants to the cluster, and write back what happened.
+
+A pass (AWX's task manager, Pulp's CAS transitions):
+1. takes a non-blocking lock (a pass already running elsewhere means this one is skipped);
+2. makes one LIST per managed kind, by our label selector;
+3. for each owner row, in a count and time budget, does nothing when its generation was observed and the live
+   objects carry the spec hashes last applied; otherwise builds its manifests, applies what differs, deletes
+   what it no longer wants, and writes status with a compare-and-swap on `generation`;
+4. deletes orphans: live objects with our labels whose owner no longer exists (or is archived).
+No database transaction is held across a cluster call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from apps.cluster.backends.base import (
+    SPEC_HASH_ANNOTATION,
+    ClusterBackend,
+    ClusterError,
+    ObjectRef,
+    ResourceKind,
+    object_key,
+)
+
+from .locks import try_advisory_lock
+from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
+
+logger = logging.getLogger(__name__)
+Owner = TypeVar("Owner")
+
+
+@dataclass
+class ReconcileStats:
+    skipped: bool = False
+    examined: int = 0
+    reconciled: int = 0
+    applied: int = 0
+    deleted: int = 0
+    orphans: int = 0
+    errors: int = 0
+    lists: int = 0
+    truncated: bool = False
+    duration_s: float = 0.0
+
+
+def spec_hash(manifest: dict[str, Any]) -> str:
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def with_spec_hash(manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The manifest annotated with the hash of its content, so a later pass can compare without diffing."""
+    digest = spec_hash(manifest)
+    meta = dict(manifest.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), SPEC_HASH_ANNOTATION: digest}
+    return {**manifest, "metadata": meta}, digest
+
+
+def live_hash(obj: dict[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+class OwnerReconciler(ABC, Generic[Owner]):
+    """Reconciles owner rows (tenants, jobs, services, ...) to the cluster objects labelled with them."""
+
+    kind: str
+    managed_kinds: tuple[ResourceKind, ...]
+    label_selector: str
+    # Cluster-scoped kinds last, so namespaced objects go before their namespace.
+    delete_order: tuple[str, ...] = ()
+
+    def __init__(self, backend: ClusterBackend, *, max_per_pass: int = 500, budget_s: float = 15.0) -> None:
+        self.backend = backend
+        self.max_per_pass = max_per_pass
+        self.budget_s = budget_s
+
+    # -- what a subclass provides -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def owners(self) -> Iterable[Owner]:
+        """Every owner that should have objects in the cluster."""
+
+    @abstractmethod
+    def owner_key(self, owner: Owner) -> str: ...
+
+    @abstractmethod
+    def owner_key_of(self, obj: dict[str, Any]) -> str | None:
+        """The owner key a live object names in its labels (None: no owner)."""
+
+    @abstractmethod
+    def desired(self, owner: Owner) -> list[dict[str, Any]]:
+        """Pure: the manifests this owner wants."""
+
+    @abstractmethod
+    def generation(self, owner: Owner) -> tuple[int, int]:
+        """(generation, observed_generation)."""
+
+    @abstractmethod
+    def applied(self, owner: Owner) -> dict[str, str]:
+        """Object key -> spec hash, as recorded by the last successful reconcile."""
+
+    @abstractmethod
+    def write_status(self, owner: Owner, *, generation: int, applied: dict[str, str]) -> None:
+        """CAS status write after a successful reconcile."""
+
+    @abstractmethod
+    def record_error(self, owner: Owner, message: str) -> None: ...
+
+    # -- the pass ---------------------------------------------------------------------------------------------
+
+    def run_pass(self) -> ReconcileStats:
+        stats = ReconcileStats()
+        started = time.monotonic()
+        with try_advisory_lock(f"reconcile:{self.kind}") as acquired:
+            if not acquired:
+                stats.skipped = True
+                return stats
+            try:
+                self._pass(stats, started)
+            finally:
+                stats.duration_s = time.monotonic() - started
+                RECONCILE_DURATION.labels(kind=self.kind).observe(stats.duration_s)
+        return stats
+
+    def _pass(self, stats: ReconcileStats, started: float) -> None:
+        observed: dict[str | None, dict[str, dict[str, Any]]] = {}
+        try:
+            for kind in self.managed_kinds:
+                stats.lists += 1
+                for obj in self.backend.list(kind, label_selector=self.label_selector):
+                    observed.setdefault(self.owner_key_of(obj), {})[object_key(obj)] = obj
+        except ClusterError as exc:
+            stats.errors += 1
+            RECONCILE_ERRORS.labels(kind=self.kind).inc()
+            logger.warning("%s pass: cannot list the cluster: %s", self.kind, exc)
+            return
+        live_owner_keys: set[str] = set()
+        for owner in self.owners():
+            key = self.owner_key(owner)
+            live_owner_keys.add(key)
+            live = observed.pop(key, {})
+            if stats.truncated:
+                continue
+            stats.examined += 1
+            if not self._needs_work(owner, live):
+                continue
+            if stats.reconciled >= self.max_per_pass or time.monotonic() - started > self.budget_s:
+                stats.truncated = True
+                continue
+            stats.reconciled += 1
+            self._reconcile_one(owner, live, stats)
+        for key, objects in observed.items():
+            if key in live_owner_keys:
+                continue
+            for obj in self._ordered(objects.values()):
+                try:
+                    if self.backend.delete(ObjectRef.of(obj)):
+                        stats.orphans += 1
+                except ClusterError as exc:
+                    stats.errors += 1
+                    RECONCILE_ERRORS.labels(kind=self.kind).inc()
+                    logger.warning("%s pass: cannot delete orphan %s: %s", self.kind, object_key(obj), exc)
+
+    def _needs_work(self, owner: Owner, live: dict[str, dict[str, Any]]) -> bool:
+        generation, observed_generation = self.generation(owner)
+        if generation != observed_generation:
+            return True
+        applied = self.applied(owner)
+        if set(applied) != set(live):
+            return True
+        return any(live_hash(live[key]) != digest for key, digest in applied.items())
+
+    def _ordered(self, objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        rank = {name: i for i, name in enumerate(self.delete_order)}
+        return sorted(objects, key=lambda o: rank.get(o.get("kind", ""), -1))
+
+    def _reconcile_one(self, owner: Owner, live: dict[str, dict[str, Any]], stats: ReconcileStats) -> None:
+        generation, _ = self.generation(owner)
+        applied: dict[str, str] = {}
+        try:
+            for manifest in self.desired(owner):
+                manifest, digest = with_spec_hash(manifest)
+                key = object_key(manifest)
+                applied[key] = digest
+                current = live.get(key)
+                if current is None or live_hash(current) != digest:
+                    self.backend.apply(manifest)
+                    stats.applied += 1
+            for obj in self._ordered(o for k, o in live.items() if k not in applied):
+                self.backend.delete(ObjectRef.of(obj))
+                stats.deleted += 1
+        except ClusterError as exc:
+            stats.errors += 1
+            RECONCILE_ERRORS.labels(kind=self.kind).inc()
+            logger.warning("%s %s: %s", self.kind, self.owner_key(owner), exc)
+            self.record_error(owner, f"{type(exc).__name__}: {exc}")
+            return
+        self.write_status(owner, generation=generation, applied=applied)

@@ -1,0 +1,43 @@
+"""API scopes: `<family>:read`, `<family>:write`, `llm:invoke` and `admin`, and what each role grants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+FAMILIES = ("keys", "jobs", "queues", "models", "billing", "webhooks")
+ADMIN = "admin"
+LLM_INVOKE = "llm:invoke"
+ALL_SCOPES: frozenset[str] = frozenset(
+    [f"{family}:{verb}" for family in FAMILIES for verb in ("read", "write")] + [LLM_INVOKE, ADMIN]
+)
+READ_SCOPES: frozenset[str] = frozenset(f"{family}:read" for family in FAMILIES)
+
+ROLES = ("owner", "admin", "member", "viewer")
+ROLE_SCOPES: dict[str, frozenset[str]] = {
+    "owner": frozenset({ADMIN}),
+    "admin": frozenset({ADMIN}),
+    "member": READ_SCOPES
+    | frozenset({"jobs:write", "models:write", "queues:read", LLM_INVOKE, "webhooks:write", "keys:write"}),
+    "viewer": READ_SCOPES,
+}
+ROLE_RANK = {role: rank for rank, role in enumerate(reversed(ROLES))}
+
+
+def expand(scopes: Iterable[str]) -> frozenset[str]:
+    """Every scope the given ones grant: `admin` grants all, `x:write` grants `x:read`."""
+    out: set[str] = set()
+    for scope in scopes:
+        if scope == ADMIN:
+            return ALL_SCOPES
+        out.add(scope)
+        if scope.endswith(":write"):
+            out.add(scope.removesuffix(":write") + ":read")
+    return frozenset(out)
+
+
+def unknown(scopes: Iterable[str]) -> list[str]:
+    return sorted(set(scopes) - ALL_SCOPES)
+
+
+def read_only(scopes: frozenset[str]) -> frozenset[str]:
+    return frozenset(s for s in scopes if s.endswith(":read"))

@@ -1,0 +1,44 @@
+"""Read access to tenants, memberships and keys."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from apps.core.principal import Principal
+from apps.core.scoping import ALL_TENANTS
+
+from .models import Membership, Tenant
+
+
+def tenant_list_visible(*, principal: Principal, include_archived: bool = False) -> QuerySet[Tenant]:
+    """The tenants this principal may see (every tenant for platform staff)."""
+    qs = Tenant.objects.all()
+    if not include_archived:
+        qs = qs.filter(archived_at__isnull=True)
+    visible = principal.tenants_with(None)
+    if visible is ALL_TENANTS:
+        return qs.order_by("slug")
+    return qs.filter(pk__in=visible).order_by("slug")
+
+
+def tenant_get_visible(*, principal: Principal, slug: str) -> Tenant | None:
+    return tenant_list_visible(principal=principal, include_archived=principal.is_platform).filter(slug=slug).first()
+
+
+def tenant_get_by_id(*, tenant_id: int) -> Tenant:
+    return Tenant.objects.get(pk=tenant_id)
+
+
+def memberships_of_user(*, user_id: int) -> QuerySet[Membership]:
+    return Membership.all_tenants.filter(user_id=user_id, tenant__archived_at__isnull=True)
+
+
+def api_key_visible(*, principal: Principal, object_id: str) -> bool:
+    """Whether `principal` may watch the API key `object_id` (websocket subscriptions)."""
+    from .models import ApiKey
+
+    tenants = principal.tenants_with("keys:read")
+    qs = ApiKey.all_tenants.filter(key_id=object_id)
+    if tenants is not ALL_TENANTS:
+        qs = qs.filter(tenant_id__in=tenants)
+    return qs.exists()

@@ -1,0 +1,27 @@
+"""Celery (production profile). The same periodic table drives the embedded ticker when REDIS_URL is unset."""
+
+from .redis import REDIS_URL
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+# name -> (dotted path of a plain function, interval in seconds). Celery beat runs each through
+# apps.core.tasks.run_periodic; the embedded ticker calls the function directly.
+GRYVIA_PERIODIC = {
+    "reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 20.0),
+}
+
+CELERY_BEAT_SCHEDULE = {
+    name: {
+        "task": "apps.core.tasks.run_periodic",
+        "schedule": interval,
+        "args": (name,),
+        # A run queued behind a busy worker expires instead of piling up (AWX's beat 'expires').
+        "options": {"expires": max(interval - 1.0, 1.0)},
+    }
+    for name, (_path, interval) in GRYVIA_PERIODIC.items()
+}

@@ -1,0 +1,88 @@
+from ..env import BASE_DIR, data_dir, env_bool, env_int, env_list, env_str, secret_from_env_or_file
+
+GRYVIA_ENV = env_str("GRYVIA_ENV", "development")
+PRODUCTION = GRYVIA_ENV == "production"
+DATA_DIR = data_dir()
+
+SECRET_KEY = secret_from_env_or_file("SECRET_KEY", "secret_key", production=PRODUCTION)
+# The pepper for API key digests: a leaked database alone cannot be used to test guessed keys.
+GRYVIA_API_KEY_PEPPER = secret_from_env_or_file("GRYVIA_API_KEY_PEPPER", "api_key_pepper", production=PRODUCTION)
+
+DEBUG = env_bool("GRYVIA_DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+GRYVIA_PORT = env_int("GRYVIA_PORT", 8000)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "oauth2_provider",
+    "channels",
+    "apps.core",
+    "apps.tenants",
+    "apps.cluster",
+    "apps.jobs",
+    "apps.billing",
+    "apps.llm",
+]
+
+MIDDLEWARE = [
+    "apps.core.metrics.MetricsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gryvia_site.urls"
+ASGI_APPLICATION = "gryvia_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/admin/login/"
+
+# Largest request body Django will read (JSON and YAML manifests are small).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("GRYVIA_MAX_BODY_BYTES", 1024 * 1024)
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = env_bool("GRYVIA_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Object kinds a websocket client may subscribe to, each with the function that checks access to one object.
+GRYVIA_WS_OBJECT_KINDS = {"api_key": "apps.tenants.selectors.api_key_visible"}

@@ -1,0 +1,43 @@
+from ..env import env_str
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.core.api.authentication.ApiKeyAuthentication",
+        "apps.core.api.authentication.OAuthTokenAuthentication",
+        "apps.core.api.authentication.CsrfSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.core.api.permissions.ScopedAccess"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "apps.core.api.parsers.YAMLParser",
+        "apps.core.api.parsers.XYAMLParser",
+        "apps.core.api.parsers.TextYAMLParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.OrderedLimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_CLASSES": ["apps.core.api.throttling.CredentialRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"credential": env_str("GRYVIA_API_RATE", "1200/min")},
+    "EXCEPTION_HANDLER": "apps.core.api.exceptions.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Gryvia API",
+    "DESCRIPTION": "Control plane for multi-tenant GPU clusters.",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "gry_<id>_<secret> key"}}
+    },
+    "SECURITY": [{"bearer": []}],
+}

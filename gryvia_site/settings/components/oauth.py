@@ -1,0 +1,47 @@
+"""django-oauth-toolkit: Gryvia as an OAuth2/OIDC provider for its CLI and third-party apps."""
+
+import os
+
+from ..env import env_int
+from .core import DATA_DIR, PRODUCTION
+
+
+def _oidc_private_key() -> str:
+    value = os.environ.get("GRYVIA_OIDC_RSA_PRIVATE_KEY", "")
+    if value:
+        return value
+    path = DATA_DIR / "oidc_rsa_key.pem"
+    if path.exists():
+        return path.read_text()
+    if PRODUCTION:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("GRYVIA_OIDC_RSA_PRIVATE_KEY must be set in production")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(pem)
+    return pem
+
+
+OAUTH2_PROVIDER = {
+    "PKCE_REQUIRED": True,
+    "OIDC_ENABLED": True,
+    "OIDC_RSA_PRIVATE_KEY": _oidc_private_key(),
+    "OAUTH2_VALIDATOR_CLASS": "apps.tenants.oauth.GryviaOAuth2Validator",
+    "SCOPES": {
+        "openid": "OpenID Connect",
+        "read": "Read your tenants' objects",
+        "write": "Change your tenants' objects, as your role allows",
+    },
+    "DEFAULT_SCOPES": ["read", "write"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("GRYVIA_OAUTH_TOKEN_SECONDS", 3600),
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+}
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"

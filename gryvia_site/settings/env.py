@@ -1,0 +1,84 @@
+"""Small typed readers for environment variables, and the data directory with its generated secrets.
+
+Settings are chosen by environment only (see DESIGN.md "Two profiles, one code path").
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import string
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def data_dir() -> Path:
+    path = Path(env_str("GRYVIA_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def is_weak_secret(value: str, *, min_length: int = 50, min_unique: int = 5) -> bool:
+    """Django's own rule for SECRET_KEY (security.W009), applied to every server secret."""
+    return len(value) < min_length or len(set(value)) < min_unique or value.startswith("django-insecure-")
+
+
+def secret_from_env_or_file(env_name: str, file_name: str, *, production: bool) -> str:
+    """Read a server secret from the environment, or generate it once into the data dir (mode 0600).
+
+    In production the secret must come from the environment and must be strong: generating one per pod would give
+    each replica a different key.
+    """
+    value = env_str(env_name)
+    if value:
+        if production and is_weak_secret(value):
+            raise ImproperlyConfigured(
+                f"{env_name} is too weak for production: use at least 50 characters with at least 5 distinct ones"
+            )
+        return value
+    if production:
+        raise ImproperlyConfigured(f"{env_name} must be set in production (GRYVIA_ENV=production)")
+    path = data_dir() / file_name
+    if path.exists():
+        return path.read_text().strip()
+    alphabet = string.ascii_letters + string.digits
+    value = "".join(secrets.choice(alphabet) for _ in range(64))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
