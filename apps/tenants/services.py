@@ -245,6 +245,24 @@ def api_key_create(
 
 
 @transaction.atomic
+def api_key_update(*, actor: Principal, key: ApiKey, **changes: Any) -> ApiKey:
+    """Rename a key or change its expiry. Scopes never change: create a new key instead."""
+    unknown = sorted(set(changes) - {"name", "expires_at"})
+    if unknown:
+        raise ValidationError({name: "cannot be changed; create a new key" for name in unknown})
+    if changes.get("expires_at") is not None and changes["expires_at"] <= timezone.now():
+        raise ValidationError({"expires_at": "must be in the future"})
+    before = snapshot(key, ApiKey.AUDIT_FIELDS)
+    for name, value in changes.items():
+        setattr(key, name, value)
+    after = snapshot(key, ApiKey.AUDIT_FIELDS)
+    if before != after:
+        key.save()
+        _audit(actor, "api_key.update", key, key.tenant, before, after)
+    return key
+
+
+@transaction.atomic
 def api_key_revoke(*, actor: Principal, key: ApiKey) -> ApiKey:
     if key.revoked_at is not None:
         return key

@@ -120,6 +120,8 @@ class TenantScopedViewSet(ScopedViewMixin, viewsets.GenericViewSet):
         return needed
 
     def get_queryset(self) -> models.QuerySet:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no tenant
+            return self.model.all_tenants.none()
         base = self.scope_queryset(self.model.objects.all())
         return filter_to_scope(base).order_by(*self.ordering)
 

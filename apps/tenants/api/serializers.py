@@ -128,6 +128,11 @@ class ApiKeySerializer(StrictModelSerializer):
         read_only_fields = ("revoked_at", "last_used_at", "previous_valid_until", "created_by", "created_at")
 
 
+class ApiKeyUpdateSerializer(ApiKeySerializer):
+    class Meta(ApiKeySerializer.Meta):
+        read_only_fields = tuple(f for f in ApiKeySerializer.Meta.fields if f not in ("name", "expires_at"))
+
+
 class ApiKeyCreatedSerializer(ApiKeySerializer):
     key = serializers.CharField(read_only=True, help_text="The plaintext key: shown once, never again")
 

@@ -18,6 +18,7 @@ from .serializers import (
     ApiKeyCreatedSerializer,
     ApiKeyRotateSerializer,
     ApiKeySerializer,
+    ApiKeyUpdateSerializer,
     MembershipSerializer,
     TenantSerializer,
 )
@@ -126,6 +127,7 @@ class ApiKeyViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
     TenantScopedViewSet,
 ):
@@ -161,6 +163,15 @@ class ApiKeyViewSet(
             )
         key.key = plaintext
         return Response(ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
+
+    def get_serializer_class(self):
+        return ApiKeyUpdateSerializer if self.action in ("update", "partial_update") else ApiKeySerializer
+
+    def perform_update(self, serializer) -> None:
+        with service_errors():
+            serializer.instance = services.api_key_update(
+                actor=self.principal, key=serializer.instance, **serializer.validated_data
+            )
 
     def perform_destroy(self, instance: ApiKey) -> None:
         services.api_key_revoke(actor=self.principal, key=instance)

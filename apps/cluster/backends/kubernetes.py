@@ -1,0 +1,263 @@
+"""ClusterBackend over the Kubernetes REST API, generic over ResourceKind, with the official `kubernetes` client.
+
+Only `ApiClient.param_serialize` and `ApiClient.call_api` are used: no typed per-kind APIs (kubernetes 37 validates
+dict bodies client-side with pydantic there) and no model deserialisation. Every call takes a token from a client-side
+TokenBucket first and carries a (connect, read) `_request_timeout`; every failure becomes a typed ClusterError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, ApiException, Configuration
+from kubernetes.watch.watch import iter_resp_lines
+
+from apps.cluster.backends.base import (
+    EVENT,
+    FIELD_MANAGER,
+    ClusterError,
+    ConflictError,
+    ForbiddenError,
+    InvalidError,
+    NotFoundError,
+    ObjectRef,
+    ResourceKind,
+    UnavailableError,
+    WatchEvent,
+)
+from apps.cluster.ratelimit import TokenBucket
+
+APPLY_PATCH = "application/apply-patch+yaml"
+_DELETE_OPTIONS = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+
+
+def _status_message(body: str | bytes | None) -> str:
+    """The `message` of a Kubernetes Status body, or a short excerpt of whatever came back."""
+    if not body:
+        return ""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:200]
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def error_for_status(status: int, message: str) -> ClusterError:
+    """Map an HTTP status from the API server to the matching ClusterError subclass."""
+    if status == 404:
+        return NotFoundError(message)
+    if status == 409:
+        return ConflictError(message)
+    if status in (401, 403):
+        return ForbiddenError(message, status=status)
+    if status in (400, 422):
+        return InvalidError(message, status=status)
+    if status == 0 or status == 429 or status >= 500:
+        return UnavailableError(message, status=status or None)
+    return ClusterError(message, status=status)
+
+
+def translate_api_exception(exc: ApiException, method: str, path: str) -> ClusterError:
+    """Turn a kubernetes ApiException into a ClusterError whose message names the call and the server's reason."""
+    status = int(exc.status or 0)
+    detail = _status_message(exc.body) or (exc.reason or "").strip()
+    return error_for_status(status, f"{method} {path}: {status} {detail}".rstrip())
+
+
+def _with_type(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
+    """List items come back without apiVersion/kind; put them back so every returned object is self-describing."""
+    obj.setdefault("apiVersion", kind.api_version)
+    obj.setdefault("kind", kind.kind)
+    return obj
+
+
+class KubernetesBackend:
+    """A ClusterBackend that talks to a real (or emulated) Kubernetes API server."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self, api_client: ApiClient | None = None, *, qps: float = 20, burst: int = 30, timeout_s: float = 10.0
+    ) -> None:
+        self.api_client = api_client if api_client is not None else self._default_client()
+        self.bucket = TokenBucket(qps, burst)
+        self.timeout_s = timeout_s
+
+    @staticmethod
+    def _default_client() -> ApiClient:
+        """In-cluster service-account config when running in a pod, else the local kubeconfig."""
+        configuration = Configuration()
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        except kube_config.ConfigException:
+            try:
+                kube_config.load_kube_config(client_configuration=configuration)
+            except kube_config.ConfigException as exc:
+                raise UnavailableError(f"no in-cluster config and no usable kubeconfig: {exc}") from exc
+        return ApiClient(configuration)
+
+    @classmethod
+    def for_host(cls, url: str, **kw: Any) -> KubernetesBackend:
+        """A backend for a plain-http API server at `url` (no auth), e.g. a local emulator in tests."""
+        configuration = Configuration(host=url.rstrip("/"))
+        configuration.retries = False  # fail fast; reconcilers retry on their own schedule
+        return cls(ApiClient(configuration), **kw)
+
+    # -- transport ---------------------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        read_timeout: float | None = None,
+    ) -> Any:
+        """One rate-limited HTTP call; returns the RESTResponse (body unread) or raises a ClusterError."""
+        self.bucket.acquire()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = [(k, v) for k, v in (query or {}).items() if v not in (None, "")]
+        timeout = (self.timeout_s, read_timeout if read_timeout is not None else self.timeout_s)
+        try:
+            req = self.api_client.param_serialize(
+                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            resp = self.api_client.call_api(*req, _request_timeout=timeout)
+            if not 200 <= resp.status <= 299:
+                resp.read()
+                ApiException.from_response(http_resp=resp, body=None, data=None)  # always raises
+        except ApiException as exc:
+            raise translate_api_exception(exc, method, path) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnavailableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        return resp
+
+    def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        resp = self._request(method, path, **kw)
+        try:
+            data = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnavailableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as exc:
+            raise UnavailableError(f"{method} {path}: response is not JSON: {data[:200]!r}") from exc
+
+    @staticmethod
+    def _ref_of(manifest: dict[str, Any]) -> ObjectRef:
+        ref = ObjectRef.of(manifest)
+        if ref.kind.namespaced and not ref.namespace:
+            raise InvalidError(f"{ref.kind.kind} {ref.name!r} needs metadata.namespace")
+        return ref
+
+    # -- ClusterBackend ----------------------------------------------------------------------------------------
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply as field manager `gryvia`, forcing ownership of conflicting fields."""
+        ref = self._ref_of(manifest)
+        path = ref.kind.path(namespace=ref.namespace, name=ref.name)
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        return _with_type(ref.kind, self._json("PATCH", path, query=query, body=manifest, content_type=APPLY_PATCH))
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """POST to the collection; ConflictError when the object already exists."""
+        ref = self._ref_of(manifest)
+        path = ref.kind.path(namespace=ref.namespace)
+        return _with_type(ref.kind, self._json("POST", path, query={"fieldManager": FIELD_MANAGER}, body=manifest))
+
+    def get(self, ref: ObjectRef) -> dict[str, Any]:
+        """Read one object; NotFoundError when absent."""
+        return _with_type(ref.kind, self._json("GET", ref.kind.path(namespace=ref.namespace, name=ref.name)))
+
+    def list(self, kind: ResourceKind, *, label_selector: str = "", namespace: str | None = None) -> list[dict]:
+        """One LIST call; with `namespace=None` a namespaced kind is listed across all namespaces."""
+        return self._list(kind, namespace=namespace, query={"labelSelector": label_selector})
+
+    def _list(self, kind: ResourceKind, *, namespace: str | None, query: dict[str, str]) -> list[dict[str, Any]]:
+        data = self._json("GET", kind.path(namespace=namespace), query=query)
+        return [_with_type(kind, item) for item in data.get("items") or []]
+
+    def delete(self, ref: ObjectRef) -> bool:
+        """Delete with background propagation; False when the object was already gone."""
+        path = ref.kind.path(namespace=ref.namespace, name=ref.name)
+        try:
+            self._request("DELETE", path, body=dict(_DELETE_OPTIONS)).read()
+        except NotFoundError:
+            return False
+        return True
+
+    def watch(
+        self,
+        kind: ResourceKind,
+        *,
+        label_selector: str = "",
+        namespace: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> Iterator[WatchEvent]:
+        """Stream events until `timeout_s` passes, then stop quietly (server- or client-side, whichever is first)."""
+        deadline = time.monotonic() + timeout_s
+        path = kind.path(namespace=namespace)
+        query = {"watch": "true", "labelSelector": label_selector, "timeoutSeconds": str(max(1, math.ceil(timeout_s)))}
+        raw = self._request("GET", path, query=query, read_timeout=timeout_s).response
+        try:
+            for line in iter_resp_lines(raw):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise UnavailableError(f"GET {path} (watch): bad event line {line[:200]!r}") from exc
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    message = f"GET {path} (watch): {obj.get('code')} {obj.get('message', '')}".rstrip()
+                    raise error_for_status(int(obj.get("code") or 500), message)
+                yield WatchEvent(type=str(event.get("type")), object=_with_type(kind, obj))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._shrink_read_timeout(raw, remaining)
+        except urllib3.exceptions.ReadTimeoutError:
+            return  # the client-side deadline passed with nothing new to report
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if time.monotonic() >= deadline:
+                return
+            raise UnavailableError(f"GET {path} (watch): {type(exc).__name__}: {exc}") from exc
+        finally:
+            raw.close()
+
+    @staticmethod
+    def _shrink_read_timeout(raw: Any, remaining: float) -> None:
+        """Cap the socket's read timeout at the time left, so a quiet stream cannot outlive the deadline."""
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        if sock is not None:
+            sock.settimeout(max(remaining, 0.001))
+
+    def pod_logs(self, *, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
+        """The pod's log (optionally one container's, optionally only the last `tail_lines` lines) as text."""
+        query = {"container": container or "", "tailLines": "" if tail_lines is None else str(tail_lines)}
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        resp = self._request("GET", path, query=query)
+        try:
+            return resp.read().decode("utf-8", "replace")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnavailableError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
+    def events(self, *, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]:
+        """v1 Events in `namespace`, optionally only those about the object named `involved_name`."""
+        selector = f"involvedObject.name={involved_name}" if involved_name else ""
+        return self._list(EVENT, namespace=namespace, query={"fieldSelector": selector})
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self.api_client.close()

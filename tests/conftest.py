@@ -1,0 +1,66 @@
+"""Shared fixtures. Tests marked `postgres` or `redis` skip, visibly, when the profile lacks that service."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from tests.factories import client_for, make_key, make_tenant
+
+
+def pytest_collection_modifyitems(config, items):
+    is_pg = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    for item in items:
+        if "postgres" in item.keywords and not is_pg:
+            item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL"))
+        if "redis" in item.keywords and not settings.REDIS_URL:
+            item.add_marker(pytest.mark.skip(reason="needs Redis: set REDIS_URL"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache_and_backend():
+    """Throttle counters and the local backend's store do not leak between tests."""
+    from django.core.cache import cache
+
+    from apps.cluster.backends import set_backend
+    from apps.cluster.backends.local import LocalBackend
+
+    cache.clear()
+    set_backend(LocalBackend())
+    yield
+    set_backend(None)
+
+
+@pytest.fixture
+def tenant_a(db):
+    return make_tenant("alpha")
+
+
+@pytest.fixture
+def tenant_b(db):
+    return make_tenant("bravo")
+
+
+@pytest.fixture
+def key_a(tenant_a):
+    return make_key(tenant_a, ["admin"], name="a-admin")
+
+
+@pytest.fixture
+def key_b(tenant_b):
+    return make_key(tenant_b, ["admin"], name="b-admin")
+
+
+@pytest.fixture
+def client_a(key_a):
+    return client_for(key_a)
+
+
+@pytest.fixture
+def client_b(key_b):
+    return client_for(key_b)
+
+
+@pytest.fixture
+def platform_key(tenant_a):
+    return make_key(tenant_a, ["admin"], platform=True, name="platform")
