@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.conf import settings
 
@@ -10,6 +12,9 @@ from tests.factories import client_for, make_key, make_tenant
 
 def pytest_collection_modifyitems(config, items):
     is_pg = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    if os.environ.get("GRYVIA_REQUIRE_SERVICES") == "1" and not (is_pg and settings.REDIS_URL):
+        # CI's production-profile run: a PostgreSQL or Redis test that would skip is a failure.
+        raise pytest.UsageError("GRYVIA_REQUIRE_SERVICES=1 needs DATABASE_URL (PostgreSQL) and REDIS_URL")
     for item in items:
         if "postgres" in item.keywords and not is_pg:
             item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL"))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,12 @@ class Ticker:
         self._wake.set()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            connections.close_all()
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
             for name, (path, interval) in self.table.items():

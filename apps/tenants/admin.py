@@ -15,22 +15,6 @@ def admin_principal(request) -> Principal:
     return services.principal_for_user(user=request.user, kind="session")
 
 
-class MembershipInline(admin.TabularInline):
-    model = Membership
-    extra = 0
-    fields = ("user", "role", "cluster_identity")
-    autocomplete_fields = ("user",)
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "display_name", "status_phase", "suspended", "max_gpus", "archived_at", "created_at")
@@ -46,9 +30,14 @@ class TenantAdmin(admin.ModelAdmin):
         "archived_at",
         "created_at",
         "updated_at",
+        "members",
     )
-    inlines = [MembershipInline]
     actions = ["archive", "suspend", "resume"]
+
+    @admin.display(description="Members")
+    def members(self, obj: Tenant) -> str:
+        rows = Membership.all_tenants.filter(tenant=obj).select_related("user").order_by("user__username")
+        return ", ".join(f"{m.user.username} ({m.role})" for m in rows) or "none"
 
     def get_readonly_fields(self, request, obj=None):
         return (*self.readonly_fields, "slug") if obj else self.readonly_fields

@@ -1,0 +1,46 @@
+# Gryvia: `make run` starts it on the embedded profile, `make test` runs the whole suite. See README.md.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint worker beat clean smoke-run
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
+	@touch $(STAMP)
+
+# Migrate, bootstrap once (prints the first-start credentials), then serve. `exec` makes Ctrl-C and SIGTERM
+# reach the server directly; it stops its ticker and every process the local backend started.
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py bootstrap
+	exec $(BIN)/python manage.py serve
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Uses PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set, SQLite and in-process otherwise.
+test: export GRYVIA_DATA_DIR ?= $(CURDIR)/var/test
+test: lint
+	$(BIN)/python manage.py check
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+# Production profile (REDIS_URL set): Celery workers and beat run the same periodic functions as the ticker.
+worker: install
+	$(BIN)/celery -A gryvia_site worker --loglevel=info --concurrency=2
+
+beat: install
+	$(BIN)/celery -A gryvia_site beat --loglevel=info --schedule=$${GRYVIA_DATA_DIR:-var}/celerybeat-schedule
+
+smoke-run: install
+	bash scripts/smoke-make-run.sh
+
+clean:
+	rm -rf $(VENV) var/test .pytest_cache .ruff_cache
