@@ -32,7 +32,10 @@ def _principal_from_bearer(token: str) -> Principal | None:
     found = access.filter(token_checksum=hashlib.sha256(token.encode()).hexdigest()).first()
     if found is None or found.is_expired() or found.user is None:
         return None
-    return principal_for_user(user=found.user, kind="oauth", read_only="write" not in found.scope.split())
+    granted = found.scope.split()
+    if "read" not in granted and "write" not in granted:  # e.g. `openid` alone: identity, not data
+        return None
+    return principal_for_user(user=found.user, kind="oauth", read_only="write" not in granted)
 
 
 @database_sync_to_async

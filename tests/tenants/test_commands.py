@@ -65,4 +65,4 @@ def test_bootstrap_prints_credentials_once_and_writes_them_0600(settings, tmp_pa
     assert client_for(creds["api_key"]).get("/api/v1/tenants/demo/").status_code == 200
     second = _run("bootstrap")
     assert creds["api_key"] not in second and str(path) in second
-    assert get_application_model().objects.filter(client_id="gryvia-cli").count() == 1
+    assert get_application_model().objects.filter(client_id__in=["gryvia-cli", "gryvia-cli-device"]).count() == 2

@@ -51,9 +51,12 @@ class OAuthTokenAuthentication(OAuth2Authentication):
         if result is None:
             raise exceptions.AuthenticationFailed("invalid, expired or revoked access token")
         user, access_token = result
+        granted = access_token.scope.split()
+        if "read" not in granted and "write" not in granted:  # e.g. `openid` alone: identity, not data
+            raise exceptions.PermissionDenied("this access token was granted neither the 'read' nor the 'write' scope")
         from apps.tenants.services import principal_for_user
 
-        return user, principal_for_user(user=user, kind="oauth", read_only="write" not in access_token.scope.split())
+        return user, principal_for_user(user=user, kind="oauth", read_only="write" not in granted)
 
 
 class CsrfSessionAuthentication(authentication.SessionAuthentication):

@@ -2,8 +2,11 @@
 
 import os
 
-from ..env import env_int
-from .core import DATA_DIR, PRODUCTION
+from ..env import env_int, env_str
+from .core import DATA_DIR, GRYVIA_PORT, PRODUCTION
+
+# Where people reach Gryvia: used in links handed to them (the device flow's verification address).
+GRYVIA_PUBLIC_URL = env_str("GRYVIA_PUBLIC_URL", f"http://127.0.0.1:{GRYVIA_PORT}").rstrip("/")
 
 
 def _oidc_private_key() -> str:
@@ -43,5 +46,7 @@ OAUTH2_PROVIDER = {
     "DEFAULT_SCOPES": ["read", "write"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("GRYVIA_OAUTH_TOKEN_SECONDS", 3600),
     "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    # RFC 8628 device authorization: `gryvia login` on a machine without a browser.
+    "OAUTH_DEVICE_VERIFICATION_URI": f"{GRYVIA_PUBLIC_URL}/o/device/",
 }
 OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"

@@ -18,6 +18,7 @@ from apps.tenants import services
 from apps.tenants.models import Tenant
 
 CLI_CLIENT_ID = "gryvia-cli"
+CLI_DEVICE_CLIENT_ID = "gryvia-cli-device"
 
 
 class Command(BaseCommand):
@@ -64,10 +65,19 @@ class Command(BaseCommand):
         )
 
     def _ensure_cli_application(self) -> None:
-        """The public OAuth client the `gryvia` CLI logs in with (authorization code + PKCE, or device flow)."""
+        """The public OAuth clients the `gryvia` CLI logs in with: authorization code + PKCE, and the device flow."""
         from oauth2_provider.models import get_application_model
 
         Application = get_application_model()
+        Application.objects.get_or_create(
+            client_id=CLI_DEVICE_CLIENT_ID,
+            defaults={
+                "name": "Gryvia CLI (device flow)",
+                "client_type": Application.CLIENT_PUBLIC,
+                "authorization_grant_type": Application.GRANT_DEVICE_CODE,
+                "algorithm": Application.RS256_ALGORITHM,
+            },
+        )
         Application.objects.get_or_create(
             client_id=CLI_CLIENT_ID,
             defaults={
