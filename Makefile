@@ -27,6 +27,8 @@ lint: install
 
 # Uses PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set, SQLite and in-process otherwise.
 test: export GRYVIA_DATA_DIR ?= $(CURDIR)/var/test
+# Worker threads (Channels, sync_to_async) close their connections, so the test database can be dropped.
+test: export GRYVIA_DB_CONN_MAX_AGE ?= 0
 test: lint
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -232,10 +233,25 @@ def test_a_pass_is_bounded_by_count_and_continues_next_time(settings):
 
 
 def test_a_pass_is_skipped_while_another_holds_the_lock():
+    """Another process (here: another thread with its own database connection) holds the pass lock."""
     make_tenant("alpha")
     backend = LocalBackend()
-    with try_advisory_lock("reconcile:tenant") as held:
-        assert held
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with try_advisory_lock("reconcile:tenant") as got:
+            assert got
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(10)
         stats = TenantReconciler(backend).run_pass()
+    finally:
+        release.set()
+        thread.join()
     assert stats.skipped and backend.calls == {}
     assert not TenantReconciler(backend).run_pass().skipped

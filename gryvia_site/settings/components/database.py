@@ -1,12 +1,16 @@
 import dj_database_url
 
-from ..env import env_str
+from ..env import env_int, env_str
 from .core import DATA_DIR
 
 DATABASE_URL = env_str("DATABASE_URL")
 
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL, conn_max_age=env_int("GRYVIA_DB_CONN_MAX_AGE", 60), conn_health_checks=True
+        )
+    }
 else:
     DATABASES = {
         "default": {
