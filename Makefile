@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Migrate, bootstrap once (prints the first-start credentials), then serve. `exec` makes Ctrl-C and SIGTERM
-# reach the server directly; it stops its ticker and every process the local backend started.
+# reach the server directly; it stops its ticker and closes the cluster backend.
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap

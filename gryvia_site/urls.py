@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -16,6 +17,9 @@ urlpatterns = [
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    # Any member signs in here (the admin login takes staff only), e.g. to approve an OAuth client.
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("api/v1/", include(api_v1)),
 ]

@@ -73,4 +73,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": content["action"] + "d", "target": what})
 
     async def gryvia_event(self, message: dict[str, Any]) -> None:
-        await self.send_json({"type": "event", **message["event"]})
+        event = dict(message["event"])
+        tenant_id, scope = event.pop("_tenant_id", None), event.pop("_scope", None)
+        if not self.principal.has_scope(scope, tenant_id):
+            return  # e.g. a jobs:read key watching its tenant sees no API key changes
+        await self.send_json({"type": "event", **event})

@@ -34,7 +34,8 @@ class TenantOwnedModel(TimestampedModel):
 class AuditEntry(models.Model):
     """One state change: who did what to which object, with the object before and after, and when.
 
-    Rows are append-only. `tenant` is null for platform-level changes (tenants themselves, platform keys).
+    Rows are append-only. `tenant` is the tenant the object belongs to (a tenant's own changes are in its log);
+    it is null only for platform-level objects that belong to no tenant.
     """
 
     tenant = models.ForeignKey(

@@ -16,11 +16,10 @@ ROLES = ("owner", "admin", "member", "viewer")
 ROLE_SCOPES: dict[str, frozenset[str]] = {
     "owner": frozenset({ADMIN}),
     "admin": frozenset({ADMIN}),
-    "member": READ_SCOPES
-    | frozenset({"jobs:write", "models:write", "queues:read", LLM_INVOKE, "webhooks:write", "keys:write"}),
+    "member": READ_SCOPES | frozenset({"jobs:write", "models:write", LLM_INVOKE, "webhooks:write"}),
     "viewer": READ_SCOPES,
 }
-ROLE_RANK = {role: rank for rank, role in enumerate(reversed(ROLES))}
+ROLE_RANK = {role: rank for rank, role in enumerate(reversed(ROLES))}  # viewer 0 ... owner 3
 
 
 def expand(scopes: Iterable[str]) -> frozenset[str]:

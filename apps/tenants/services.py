@@ -153,11 +153,30 @@ def _bump(tenant: Tenant) -> None:
     nudge(RECONCILE)
 
 
+def _check_rank(actor: Principal, tenant: Tenant, *roles: str) -> None:
+    """Nobody grants, changes or removes a role above their own (tenant admins cannot touch owners).
+
+    Platform staff and the system act above every role; a key with `admin` acts as an admin.
+    """
+    if actor.is_platform:
+        return
+    own = "viewer"
+    if actor.user_id is not None:
+        membership = Membership.all_tenants.filter(tenant=tenant, user_id=actor.user_id).first()
+        own = membership.role if membership else own
+    if S.ADMIN in actor.scopes_in(tenant.pk) and S.ROLE_RANK[own] < S.ROLE_RANK["admin"]:
+        own = "admin"
+    for role in roles:
+        if S.ROLE_RANK[role] > S.ROLE_RANK[own]:
+            raise PermissionError(f"a {own} cannot grant or change the role {role!r}")
+
+
 @transaction.atomic
 def membership_add(*, actor: Principal, tenant: Tenant, user: Any, role: str, cluster_identity: str = "") -> Membership:
     """Give `user` a role in `tenant` (one membership per user and tenant)."""
     if role not in S.ROLES:
         raise ValidationError({"role": f"must be one of {', '.join(S.ROLES)}"})
+    _check_rank(actor, tenant, role)
     if Membership.all_tenants.filter(tenant=tenant, user=user).exists():
         raise ValidationError({"user": f"{user} is already a member of {tenant.slug}"})
     membership = Membership.all_tenants.create(tenant=tenant, user=user, role=role, cluster_identity=cluster_identity)
@@ -170,6 +189,7 @@ def membership_add(*, actor: Principal, tenant: Tenant, user: Any, role: str, cl
 def membership_update(*, actor: Principal, membership: Membership, **changes: Any) -> Membership:
     if "role" in changes and changes["role"] not in S.ROLES:
         raise ValidationError({"role": f"must be one of {', '.join(S.ROLES)}"})
+    _check_rank(actor, membership.tenant, membership.role, changes.get("role", membership.role))
     before = snapshot(membership, Membership.AUDIT_FIELDS)
     for name, value in changes.items():
         setattr(membership, name, value)
@@ -184,6 +204,7 @@ def membership_update(*, actor: Principal, membership: Membership, **changes: An
 
 @transaction.atomic
 def membership_remove(*, actor: Principal, membership: Membership) -> None:
+    _check_rank(actor, membership.tenant, membership.role)
     before = snapshot(membership, Membership.AUDIT_FIELDS)
     tenant = membership.tenant
     _audit(actor, "membership.delete", membership, tenant, before, None)

@@ -1,6 +1,6 @@
 """Small typed readers for environment variables, and the data directory with its generated secrets.
 
-Settings are chosen by environment only (see DESIGN.md "Two profiles, one code path").
+Settings are chosen by environment only: the same code runs the embedded and the production profile.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from django.utils import timezone
 from apps.tenants import services
 from apps.tenants.models import ApiKey
 from gryvia_site.asgi import application
-from tests.factories import ACTOR, make_user
+from tests.factories import ACTOR, make_key, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,3 +272,16 @@ async def test_browser_session_sees_the_users_tenants_only(tenant_a, tenant_b, m
         assert (await subscribe(ws, tenant="alpha"))["type"] == "subscribed"
         a_key = await create_key(tenant_a, _name())
         assert (await next_event(ws))["id"] == a_key.key_id
+
+
+async def test_events_need_the_scope_that_reads_their_object(tenant_a):
+    """A jobs:read key watching its tenant sees tenant changes but no API key changes (keys:read)."""
+    jobs_reader = await database_sync_to_async(make_key)(tenant_a, ["jobs:read"])
+    async with connected(jobs_reader) as ws:
+        await subscribe(ws, tenant="alpha")
+        await create_key(tenant_a, _name())
+        assert await ws.receive_nothing(QUIET)
+        await database_sync_to_async(services.tenant_update)(actor=ACTOR, tenant=tenant_a, display_name=_name())
+        event = await next_event(ws)
+        assert event["event"] == "tenant.update" and event["id"] == "alpha"
+        assert "_scope" not in event and "_tenant_id" not in event

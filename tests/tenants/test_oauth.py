@@ -277,3 +277,29 @@ def test_device_flow_token_works_on_the_api(user_a, keys):
     assert listed.status_code == 200
     assert {row["tenant"] for row in listed.json()["results"]} == {"alpha"}
     assert api.post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json").status_code == 403
+
+
+def test_a_member_who_is_not_staff_signs_in_on_the_login_page_to_authorize(app, user_a):
+    assert not user_a.is_staff
+    browser = Client()
+    verifier, challenge = _pkce_pair()
+    query = urlencode(
+        {
+            "response_type": "code",
+            "client_id": app.client_id,
+            "redirect_uri": REDIRECT_URI,
+            "scope": "read",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+    )
+    first = browser.get(f"/o/authorize/?{query}")
+    assert first.status_code == 302 and first["Location"].startswith("/accounts/login/")
+    page = browser.get(first["Location"])
+    assert page.status_code == 200 and b'name="password"' in page.content
+    signed_in = browser.post(
+        "/accounts/login/", {"username": user_a.username, "password": PASSWORD, "next": f"/o/authorize/?{query}"}
+    )
+    assert signed_in.status_code == 302 and signed_in["Location"].startswith("/o/authorize/")
+    consent = browser.get(signed_in["Location"])
+    assert consent.status_code == 200 and "code_challenge" in _form_fields(consent.content.decode())

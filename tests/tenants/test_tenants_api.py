@@ -8,7 +8,7 @@ import pytest
 
 from apps.core.models import AuditEntry
 from apps.tenants.models import Membership, Tenant
-from tests.factories import client_for, make_user
+from tests.factories import client_for, make_key, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -166,3 +166,41 @@ def test_multi_tenant_credential_must_name_the_tenant_for_a_create(platform_key,
     response = client_for(platform_key).post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json")
     assert response.status_code == 400 and "X-Gryvia-Tenant" in response.json()["error"]["message"]
     assert client_for(platform_key, HTTP_X_GRYVIA_TENANT="nope").get("/api/v1/api-keys/").status_code == 404
+
+
+def test_roles_cannot_be_raised_above_ones_own(tenant_a):
+    from rest_framework.test import APIClient
+
+    from apps.tenants import services
+    from tests.factories import ACTOR
+
+    owner, admin_user, member = make_user("own"), make_user("adm"), make_user("mem")
+    services.membership_add(actor=ACTOR, tenant=tenant_a, user=owner, role="owner")
+    services.membership_add(actor=ACTOR, tenant=tenant_a, user=admin_user, role="admin")
+    services.membership_add(actor=ACTOR, tenant=tenant_a, user=member, role="member")
+    as_admin = APIClient()
+    assert as_admin.login(username="adm", password="pw-for-tests-1")
+    base = "/api/v1/tenants/alpha/members/"
+    promote = as_admin.patch(f"{base}mem/", {"role": "owner"}, format="json")
+    assert promote.status_code == 403 and "owner" in promote.json()["error"]["message"]
+    assert as_admin.patch(f"{base}own/", {"role": "viewer"}, format="json").status_code == 403
+    assert as_admin.delete(f"{base}own/").status_code == 403
+    assert as_admin.patch(f"{base}mem/", {"role": "admin"}, format="json").status_code == 200
+    # An `admin` key acts as an admin: it cannot mint owners either.
+    key_client = client_for(make_key(tenant_a, ["admin"]))
+    new = make_user("newbie")
+    assert key_client.post(base, {"username": new.username, "role": "owner"}, format="json").status_code == 403
+    assert Membership.all_tenants.get(user=owner).role == "owner"
+
+
+def test_members_cannot_manage_keys(tenant_a):
+    from rest_framework.test import APIClient
+
+    from apps.tenants import services
+    from tests.factories import ACTOR
+
+    services.membership_add(actor=ACTOR, tenant=tenant_a, user=make_user("mem2"), role="member")
+    client = APIClient()
+    assert client.login(username="mem2", password="pw-for-tests-1")
+    assert client.get("/api/v1/api-keys/").status_code == 200
+    assert client.post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json").status_code == 403

@@ -120,7 +120,8 @@ class MembershipViewSet(
             )
 
     def perform_destroy(self, instance: Membership) -> None:
-        services.membership_remove(actor=self.principal, membership=instance)
+        with service_errors():
+            services.membership_remove(actor=self.principal, membership=instance)
 
 
 class ApiKeyViewSet(

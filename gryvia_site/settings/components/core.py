@@ -74,8 +74,10 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
+# Production serves /static/ from its ingress or a CDN after collectstatic; set to 0 there if you do.
+GRYVIA_SERVE_STATIC = env_bool("GRYVIA_SERVE_STATIC", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
 
 # Largest request body Django will read (JSON and YAML manifests are small).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("GRYVIA_MAX_BODY_BYTES", 1024 * 1024)
@@ -86,3 +88,5 @@ if PRODUCTION:
 
 # Object kinds a websocket client may subscribe to, each with the function that checks access to one object.
 GRYVIA_WS_OBJECT_KINDS = {"api_key": "apps.tenants.selectors.api_key_visible"}
+# The scope a websocket subscriber needs to receive events about each kind (unlisted: any access to the tenant).
+GRYVIA_EVENT_READ_SCOPES = {"api_key": "keys:read", "membership": None, "tenant": None}

@@ -13,13 +13,13 @@ def _oidc_private_key() -> str:
     value = os.environ.get("GRYVIA_OIDC_RSA_PRIVATE_KEY", "")
     if value:
         return value
+    if PRODUCTION:  # one key for every replica, managed as a secret
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("GRYVIA_OIDC_RSA_PRIVATE_KEY must be set in production (GRYVIA_ENV=production)")
     path = DATA_DIR / "oidc_rsa_key.pem"
     if path.exists():
         return path.read_text()
-    if PRODUCTION:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured("GRYVIA_OIDC_RSA_PRIVATE_KEY must be set in production")
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 

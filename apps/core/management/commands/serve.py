@@ -1,6 +1,7 @@
 """Serve Gryvia with uvicorn (ASGI). Without REDIS_URL the embedded ticker runs reconcilers in this process.
 
-Ctrl-C or SIGTERM stops the server, the ticker and every process the local backend started.
+Ctrl-C or SIGTERM stops the server and the ticker, and closes the cluster backend (which, for the local backend,
+ends the workload processes it runs once the jobs issue lands).
 """
 
 import logging
