@@ -19,6 +19,7 @@ one_run() {
   done
   curl -fsS "http://127.0.0.1:$port/healthz" | grep -q '"ok"' || { cat "$data/run.log"; fail "healthz"; }
   curl -fsS "http://127.0.0.1:$port/admin/login/" | grep -q 'id="id_password"' || fail "admin login page"
+  curl -fsS "http://127.0.0.1:$port/static/admin/css/base.css" | grep -q "body" || fail "admin stylesheet"
   grep -q "demo API key" "$data/run.log" || fail "first-start credentials not printed"
   [ "$(stat -c %a "$data/demo-credentials.json")" = 600 ] || fail "credentials file mode"
   if [ "$target" = group ]; then kill -"$signal" -- -"$leader"; else kill -"$signal" "$leader"; fi

@@ -1,12 +1,15 @@
 from django.contrib import admin
 
+from .admin_filters import FilterSetAdminMixin
+from .api.filters import AuditEntryFilterSet
 from .models import AuditEntry
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(FilterSetAdminMixin, admin.ModelAdmin):
     """The audit log: read-only."""
 
+    filterset_class = AuditEntryFilterSet
     list_display = ("created_at", "tenant_slug", "actor", "action", "object_type", "object_id")
     list_filter = ("action", "object_type", "tenant_slug")
     search_fields = ("actor", "object_id", "object_repr", "tenant_slug")

@@ -5,9 +5,11 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db import transaction
 
+from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.principal import Principal
 
 from . import services
+from .api.filters import ApiKeyFilterSet, TenantFilterSet
 from .models import ApiKey, Membership, Tenant
 
 
@@ -16,7 +18,8 @@ def admin_principal(request) -> Principal:
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(FilterSetAdminMixin, admin.ModelAdmin):
+    filterset_class = TenantFilterSet
     list_display = ("slug", "display_name", "status_phase", "suspended", "max_gpus", "archived_at", "created_at")
     list_filter = ("status_phase", "suspended", ("archived_at", admin.EmptyFieldListFilter))
     search_fields = ("slug", "display_name")
@@ -103,9 +106,10 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(FilterSetAdminMixin, admin.ModelAdmin):
     """Keys are created with `create_api_key` or the API (the plaintext must be shown once, to its owner)."""
 
+    filterset_class = ApiKeyFilterSet
     list_display = ("key_id", "name", "tenant", "is_platform", "state", "expires_at", "last_used_at", "created_at")
     list_filter = ("is_platform", "tenant", ("revoked_at", admin.EmptyFieldListFilter))
     search_fields = ("key_id", "name", "tenant__slug")

@@ -71,3 +71,18 @@ def test_status_fields_are_read_only_in_the_admin():
     assert {"status_phase", "status_message", "status_applied", "observed_generation"} <= set(
         tenant_admin.readonly_fields
     )
+
+
+def test_admin_lists_take_the_api_filtersets(staff_client, tenant_a):
+    from apps.tenants import services
+    from tests.factories import ACTOR
+
+    services.api_key_create(actor=ACTOR, tenant=tenant_a, scopes=["jobs:read"], name="ci-runner")
+    key, _ = services.api_key_create(actor=ACTOR, tenant=tenant_a, scopes=["jobs:read"], name="laptop")
+    services.api_key_revoke(actor=ACTOR, key=key)
+    url = reverse("admin:tenants_apikey_changelist")
+    names = lambda response: {k.name for k in response.context["cl"].result_list}  # noqa: E731
+    assert names(staff_client.get(url + "?name=runner")) == {"ci-runner"}
+    assert names(staff_client.get(url + "?revoked=true")) == {"laptop"}
+    audit = staff_client.get(reverse("admin:core_auditentry_changelist") + "?action=api_key.revoke")
+    assert [e.action for e in audit.context["cl"].result_list] == ["api_key.revoke"]
