@@ -132,7 +132,7 @@ def _database_bytes() -> bytes:
     """Everything the database holds: the SQLite file with its WAL, or every PostgreSQL row as text."""
     if connection.vendor == "sqlite":
         name = Path(connection.settings_dict["NAME"])
-        parts = [p for p in (name, Path(f"{name}-wal"), Path(f"{name}-shm")) if p.exists()]
+        parts = [p for p in (name, Path(f"{name}-wal"), Path(f"{name}-shm"), Path(f"{name}-journal")) if p.exists()]
         assert parts, "the test database must be a file"
         return b"".join(p.read_bytes() for p in parts)
     chunks = []
@@ -152,8 +152,14 @@ def test_no_secret_is_stored_or_logged(caplog, tenant_a):
     for plaintext in (created["key"], rotated["key"]):
         assert client_for(plaintext).get("/api/v1/tenants/").status_code == 200
     client_for(created["key"] + "x").get("/api/v1/tenants/")  # a failed attempt is logged without the key
-    connection.close()  # let SQLite write its WAL out as a real deployment would over time
-    stored = _database_bytes()
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            assert cursor.fetchone()[0] == "wal"
+        assert Path(f"{connection.settings_dict['NAME']}-wal").exists()
+    stored = _database_bytes()  # with SQLite's write-ahead log as it is now...
+    connection.close()
+    stored += _database_bytes()  # ...and after the checkpoint that closing the connection runs
     assert b"grep-me" in stored  # the grep does see the rows
     for plaintext in (created["key"], rotated["key"]):
         secret = plaintext.rsplit("_", 1)[1]
