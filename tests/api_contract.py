@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import models
 
-ENDPOINT_MODULES = ["tests.core.endpoints", "tests.tenants.endpoints"]
+ENDPOINT_MODULES = ["tests.core.endpoints", "tests.tenants.endpoints", "tests.jobs.endpoints"]
 
 
 @dataclass
@@ -30,6 +30,14 @@ class Endpoint:
     deletes: bool = False
     # Scopes of a key that can read here but must be refused writes (403).
     read_only_scopes: list[str] = field(default_factory=list)
+    # Where a row's id is in list and create responses (a key, or a path into nested objects).
+    id_field: tuple[str, ...] = ("id",)
+
+    def id_of(self, row: dict[str, Any]) -> str:
+        value: Any = row
+        for part in self.id_field:
+            value = value[part]
+        return str(value)
 
 
 ENDPOINTS: list[Endpoint] = []

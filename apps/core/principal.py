@@ -23,6 +23,7 @@ class Principal:
     tenant_scopes: dict[int, frozenset[str]] = field(default_factory=dict)
     is_platform: bool = False
     platform_scopes: frozenset[str] = frozenset()
+    bound_to: str = ""  # a credential bound to one object (e.g. "job:<uid>") may act on that object only
 
     def scopes_in(self, tenant_id: int | None) -> frozenset[str]:
         if self.is_platform:

@@ -73,6 +73,8 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
     kind: str
     managed_kinds: tuple[ResourceKind, ...]
+    # Kinds only read each pass (one LIST each, grouped by owner) to derive status, never applied or collected.
+    observed_kinds: tuple[ResourceKind, ...] = ()
     label_selector: str
     # Cluster-scoped kinds last, so namespaced objects go before their namespace.
     delete_order: tuple[str, ...] = ()
@@ -96,8 +98,8 @@ class OwnerReconciler(ABC, Generic[Owner]):
         """The owner key a live object names in its labels (None: no owner)."""
 
     @abstractmethod
-    def desired(self, owner: Owner) -> list[dict[str, Any]]:
-        """Pure: the manifests this owner wants."""
+    def desired(self, owner: Owner, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The manifests this owner wants (pure apart from `live`: the owner's objects in the cluster now)."""
 
     @abstractmethod
     def generation(self, owner: Owner) -> tuple[int, int]:
@@ -113,6 +115,28 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
     @abstractmethod
     def record_error(self, owner: Owner, message: str) -> None: ...
+
+    # -- optional hooks ---------------------------------------------------------------------------------------
+
+    def begin_pass(self) -> None:
+        """Read what the whole pass needs once (capacity, nodes, ...), before the owners."""
+
+    def needs_work(self, owner: Owner, live: dict[str, dict[str, Any]]) -> bool:
+        """Default: a spec change not yet observed, or live objects that differ from what was applied."""
+        generation, observed_generation = self.generation(owner)
+        if generation != observed_generation:
+            return True
+        applied = self.applied(owner)
+        if set(applied) != set(live):
+            return True
+        return any(live_hash(live[key]) != digest for key, digest in applied.items())
+
+    def prepare(self, owner: Owner, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Last touch before an apply, after hashing (fill in what exists only at apply time, e.g. a token)."""
+        return manifest
+
+    def observe(self, owner: Owner, live: dict[str, dict[str, Any]], observed: dict[str, list[dict[str, Any]]]) -> None:
+        """Derive status from the live objects and the observed kinds (every pass, for every owner examined)."""
 
     # -- the pass ---------------------------------------------------------------------------------------------
 
@@ -132,11 +156,17 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
     def _pass(self, stats: ReconcileStats, started: float) -> None:
         observed: dict[str | None, dict[str, dict[str, Any]]] = {}
+        extra: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
         try:
             for kind in self.managed_kinds:
                 stats.lists += 1
                 for obj in self.backend.list(kind, label_selector=self.label_selector):
                     observed.setdefault(self.owner_key_of(obj), {})[object_key(obj)] = obj
+            for kind in self.observed_kinds:
+                stats.lists += 1
+                for obj in self.backend.list(kind, label_selector=self.label_selector):
+                    extra.setdefault(self.owner_key_of(obj), {}).setdefault(kind.kind, []).append(obj)
+            self.begin_pass()
         except ClusterError as exc:
             stats.errors += 1
             RECONCILE_ERRORS.labels(kind=self.kind).inc()
@@ -150,13 +180,15 @@ class OwnerReconciler(ABC, Generic[Owner]):
             if stats.truncated:
                 continue
             stats.examined += 1
-            if not self._needs_work(owner, live):
+            if not self.needs_work(owner, live):
                 continue
             if stats.reconciled >= self.max_per_pass or time.monotonic() - started > self.budget_s:
                 stats.truncated = True
                 continue
             stats.reconciled += 1
-            self._reconcile_one(owner, live, stats)
+            live = self._reconcile_one(owner, live, stats)
+            if live is not None:
+                self._observe(owner, live, extra.get(key, {}), stats)
         for key, objects in observed.items():
             if key in live_owner_keys:
                 continue
@@ -169,38 +201,45 @@ class OwnerReconciler(ABC, Generic[Owner]):
                     RECONCILE_ERRORS.labels(kind=self.kind).inc()
                     logger.warning("%s pass: cannot delete orphan %s: %s", self.kind, object_key(obj), exc)
 
-    def _needs_work(self, owner: Owner, live: dict[str, dict[str, Any]]) -> bool:
-        generation, observed_generation = self.generation(owner)
-        if generation != observed_generation:
-            return True
-        applied = self.applied(owner)
-        if set(applied) != set(live):
-            return True
-        return any(live_hash(live[key]) != digest for key, digest in applied.items())
+    def _observe(
+        self, owner: Owner, live: dict[str, dict[str, Any]], extra: dict[str, list[dict[str, Any]]], stats
+    ) -> None:
+        try:
+            self.observe(owner, live, extra)
+        except ClusterError as exc:
+            stats.errors += 1
+            RECONCILE_ERRORS.labels(kind=self.kind).inc()
+            self.record_error(owner, f"{type(exc).__name__}: {exc}")
 
     def _ordered(self, objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         rank = {name: i for i, name in enumerate(self.delete_order)}
         return sorted(objects, key=lambda o: rank.get(o.get("kind", ""), -1))
 
-    def _reconcile_one(self, owner: Owner, live: dict[str, dict[str, Any]], stats: ReconcileStats) -> None:
+    def _reconcile_one(
+        self, owner: Owner, live: dict[str, dict[str, Any]], stats: ReconcileStats
+    ) -> dict[str, dict[str, Any]] | None:
+        """Apply what differs and delete what is no longer wanted; returns the owner's objects as they now are."""
         generation, _ = self.generation(owner)
         applied: dict[str, str] = {}
+        now = dict(live)
         try:
-            for manifest in self.desired(owner):
+            for manifest in self.desired(owner, live):
                 manifest, digest = with_spec_hash(manifest)
                 key = object_key(manifest)
                 applied[key] = digest
                 current = live.get(key)
                 if current is None or live_hash(current) != digest:
-                    self.backend.apply(manifest)
+                    now[key] = self.backend.apply(self.prepare(owner, manifest, now)) or manifest
                     stats.applied += 1
             for obj in self._ordered(o for k, o in live.items() if k not in applied):
                 self.backend.delete(ObjectRef.of(obj))
+                now.pop(object_key(obj), None)
                 stats.deleted += 1
         except ClusterError as exc:
             stats.errors += 1
             RECONCILE_ERRORS.labels(kind=self.kind).inc()
             logger.warning("%s %s: %s", self.kind, self.owner_key(owner), exc)
             self.record_error(owner, f"{type(exc).__name__}: {exc}")
-            return
+            return None
         self.write_status(owner, generation=generation, applied=applied)
+        return now

@@ -10,6 +10,8 @@ LLM_INVOKE = "llm:invoke"
 ALL_SCOPES: frozenset[str] = frozenset(
     [f"{family}:{verb}" for family in FAMILIES for verb in ("read", "write")] + [LLM_INVOKE, ADMIN]
 )
+# Internal scopes: held only by credentials Gryvia issues itself (never grantable through the API).
+JOBS_REPORT = "jobs:report"
 READ_SCOPES: frozenset[str] = frozenset(f"{family}:read" for family in FAMILIES)
 
 ROLES = ("owner", "admin", "member", "viewer")

@@ -39,7 +39,7 @@ class TenantReconciler(OwnerReconciler[Tenant]):
     def owner_key_of(self, obj: dict[str, Any]) -> str | None:
         return ((obj.get("metadata") or {}).get("labels") or {}).get(manifests.TENANT_LABEL)
 
-    def desired(self, owner: Tenant) -> list[dict[str, Any]]:
+    def desired(self, owner: Tenant, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         members = Membership.all_tenants.filter(tenant=owner).order_by("pk")
         return manifests.tenant_manifests(owner, members)
 

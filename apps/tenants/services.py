@@ -311,6 +311,31 @@ def api_key_rotate(*, actor: Principal, key: ApiKey, grace_seconds: int = 3600) 
     return key, keys.format_key(key.key_id, secret)
 
 
+def api_key_issue_bound(*, tenant: Tenant, bound_to: str, scopes: list[str], name: str) -> str:
+    """Issue an internal key bound to one object (replacing any earlier one); returns its plaintext.
+
+    Part of the bound object's own lifecycle (its creation is audited there), so not audited separately.
+    """
+    now = timezone.now()
+    ApiKey.all_tenants.filter(bound_to=bound_to, revoked_at__isnull=True).update(revoked_at=now)
+    secret = keys.new_secret()
+    key = ApiKey.all_tenants.create(
+        tenant=tenant,
+        key_id=keys.new_key_id(),
+        name=name,
+        secret_digest=keys.digest(secret),
+        scopes=sorted(set(scopes)),
+        created_by="system",
+        bound_to=bound_to,
+    )
+    return keys.format_key(key.key_id, secret)
+
+
+def api_key_revoke_bound(*, bound_to: str) -> int:
+    """Revoke every key bound to an object (e.g. when a job ends)."""
+    return ApiKey.all_tenants.filter(bound_to=bound_to, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
 def api_key_authenticate(*, raw_key: str) -> tuple[Any, Principal] | None:
     """Check a presented key; returns (user, principal) or None when it is malformed, unknown, revoked or expired."""
     parsed = keys.parse_key(raw_key)
@@ -344,6 +369,7 @@ def api_key_authenticate(*, raw_key: str) -> tuple[Any, Principal] | None:
         tenant_scopes={} if key.is_platform else {key.tenant_id: granted},
         is_platform=key.is_platform,
         platform_scopes=granted if key.is_platform else frozenset(),
+        bound_to=key.bound_to,
     )
     return (key.user or AnonymousUser()), principal
 

@@ -50,5 +50,6 @@ register(
         update_payload={"role": "admin"},
         deletes=True,
         read_only_scopes=["keys:write", "jobs:write"],
+        id_field=("username",),
     )
 )

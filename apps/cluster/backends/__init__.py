@@ -27,7 +27,7 @@ def get_backend() -> ClusterBackend:
             else:
                 from .local import LocalBackend
 
-                _backend = LocalBackend(log_dir=settings.DATA_DIR / "logs")
+                _backend = LocalBackend(data_dir=settings.DATA_DIR)
         return _backend
 
 

@@ -50,6 +50,7 @@ JOB = ResourceKind("batch/v1", "Job", "jobs", True)
 STATEFUL_SET = ResourceKind("apps/v1", "StatefulSet", "statefulsets", True)
 DEPLOYMENT = ResourceKind("apps/v1", "Deployment", "deployments", True)
 PRIORITY_CLASS = ResourceKind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
+NODE = ResourceKind("v1", "Node", "nodes", False)
 
 KINDS: dict[tuple[str, str], ResourceKind] = {
     (k.api_version, k.kind): k
@@ -69,6 +70,7 @@ KINDS: dict[tuple[str, str], ResourceKind] = {
         STATEFUL_SET,
         DEPLOYMENT,
         PRIORITY_CLASS,
+        NODE,
     )
 }
 
@@ -196,8 +198,10 @@ class ClusterBackend(Protocol):
         """One LIST call: every object of `kind` matching the selector (in `namespace`, or everywhere)."""
         ...
 
-    def delete(self, ref: ObjectRef) -> bool:
-        """Delete; False when it was already gone."""
+    def delete(self, ref: ObjectRef, *, grace_period_s: int | None = None, uid: str | None = None) -> bool:
+        """Delete (background propagation); False when it was already gone. `grace_period_s` overrides the
+        termination grace of the pods it stops (0: kill at once); `uid` is a precondition: ConflictError when the
+        live object has another uid."""
         ...
 
     def watch(
@@ -214,6 +218,11 @@ class ClusterBackend(Protocol):
     def pod_logs(
         self, *, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None
     ) -> str: ...
+
+    def stream_pod_logs(self, *, namespace: str, pod: str, follow: bool, poll_s: float = 0.2) -> Iterator[str]:
+        """The pod's log line by line (each with its newline); with `follow`, new lines as they are written until
+        the pod has finished and its log is drained. NotFoundError (raised by the call) when there is no log."""
+        ...
 
     def events(self, *, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]: ...
 

@@ -21,6 +21,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from apps.cluster.backends.base import (
     EVENT,
     FIELD_MANAGER,
+    POD,
     ClusterError,
     ConflictError,
     ForbiddenError,
@@ -34,6 +35,7 @@ from apps.cluster.backends.base import (
 from apps.cluster.ratelimit import TokenBucket
 
 APPLY_PATCH = "application/apply-patch+yaml"
+LOG_IDLE_TIMEOUT_S = 60.0  # a followed log quiet this long is reopened (the pod may have ended without EOF)
 _DELETE_OPTIONS = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
 
 
@@ -69,6 +71,24 @@ def translate_api_exception(exc: ApiException, method: str, path: str) -> Cluste
     status = int(exc.status or 0)
     detail = _status_message(exc.body) or (exc.reason or "").strip()
     return error_for_status(status, f"{method} {path}: {status} {detail}".rstrip())
+
+
+def _stream_lines(raw: Any) -> Iterator[str]:
+    """Lines (with their newline) of a streamed body as they arrive; a last unterminated line gets one."""
+    buffer = b""
+    for chunk in raw.stream(amt=None, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace") + "\n"
+    if buffer:
+        yield buffer.decode("utf-8", "replace") + "\n"
+
+
+def _timestamp_key(stamp: str) -> str:
+    """An RFC 3339 timestamp with nanoseconds padded, so that keys compare in time order as strings."""
+    base, _, fraction = stamp.rstrip("Z").partition(".")
+    return f"{base}.{fraction.ljust(9, '0')}Z"
 
 
 def _with_type(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
@@ -188,11 +208,17 @@ class KubernetesBackend:
         data = self._json("GET", kind.path(namespace=namespace), query=query)
         return [_with_type(kind, item) for item in data.get("items") or []]
 
-    def delete(self, ref: ObjectRef) -> bool:
-        """Delete with background propagation; False when the object was already gone."""
+    def delete(self, ref: ObjectRef, *, grace_period_s: int | None = None, uid: str | None = None) -> bool:
+        """Delete with background propagation; False when the object was already gone. `grace_period_s` and
+        `uid` become DeleteOptions `gracePeriodSeconds` and `preconditions.uid` (a mismatch: 409, ConflictError)."""
         path = ref.kind.path(namespace=ref.namespace, name=ref.name)
+        options: dict[str, Any] = dict(_DELETE_OPTIONS)
+        if grace_period_s is not None:
+            options["gracePeriodSeconds"] = int(grace_period_s)
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
         try:
-            self._request("DELETE", path, body=dict(_DELETE_OPTIONS)).read()
+            self._request("DELETE", path, body=options).read()
         except NotFoundError:
             return False
         return True
@@ -252,6 +278,52 @@ class KubernetesBackend:
             return resp.read().decode("utf-8", "replace")
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise UnavailableError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
+    def stream_pod_logs(self, *, namespace: str, pod: str, follow: bool, poll_s: float = 0.2) -> Iterator[str]:
+        """The pod's log line by line. With `follow` the API server streams (`follow=true`); a stream that ends or
+        stays quiet for LOG_IDLE_TIMEOUT_S while the pod still runs is reopened from the last line's timestamp.
+        Errors of the first request are raised by this call; `poll_s` is for the local backend only."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        raw = self._open_log(path, follow=follow, since=None)
+        return self._log_lines(path, raw, namespace=namespace, pod=pod, follow=follow)
+
+    def _open_log(self, path: str, *, follow: bool, since: str | None) -> Any:
+        query = {"follow": "true" if follow else "", "timestamps": "true" if follow else "", "sinceTime": since or ""}
+        read_timeout = max(self.timeout_s, LOG_IDLE_TIMEOUT_S) if follow else None
+        return self._request("GET", path, query=query, read_timeout=read_timeout).response
+
+    def _log_lines(self, path: str, raw: Any, *, namespace: str, pod: str, follow: bool) -> Iterator[str]:
+        last: str | None = None  # timestamp of the last line yielded (follow mode)
+        skip_until: str | None = None  # after a reconnect: lines up to `last` were seen already
+        while True:
+            try:
+                for line in _stream_lines(raw):
+                    if follow:  # "<RFC 3339 timestamp> <text>"
+                        stamp, _, text = line.rstrip("\n").partition(" ")
+                        line = text + "\n"
+                        key = _timestamp_key(stamp)
+                        if skip_until is not None and key <= skip_until:
+                            continue
+                        skip_until, last = None, key
+                    yield line
+            except urllib3.exceptions.ReadTimeoutError as exc:
+                if not follow:
+                    raise UnavailableError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise UnavailableError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            finally:
+                raw.close()
+            if not follow or self._pod_finished(namespace, pod):
+                return
+            skip_until = last
+            raw = self._open_log(path, follow=True, since=last[:19] + "Z" if last else None)
+
+    def _pod_finished(self, namespace: str, pod: str) -> bool:
+        try:
+            obj = self.get(ObjectRef(POD, pod, namespace))
+        except NotFoundError:
+            return True
+        return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
     def events(self, *, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]:
         """v1 Events in `namespace`, optionally only those about the object named `involved_name`."""

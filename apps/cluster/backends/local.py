@@ -1,14 +1,19 @@
 """The `local` backend: the embedded default. It keeps the cluster objects Gryvia applies in this process, with
 the same API as Kubernetes (apply, list by label, watch, ...), so every reconciler runs unchanged on a laptop.
 
-Objects have no effect outside Gryvia (a Namespace is a record); the workload kinds gain local processes with the
-jobs issue. After a restart the store is empty and the reconcilers rebuild it on their first pass.
+Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job` or `apps/v1
+StatefulSet` becomes local processes, with Pods and `status` kept as a cluster would (see local_workloads.py). One
+Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus). Files live under `data_dir`: `logs/<ns>/<pod>.log`,
+`volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`. After a restart the store is empty and the reconcilers rebuild
+it on their first pass.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -17,7 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from apps.cluster.gpus import gpu_inventory
+
 from .base import (
+    JOB,
+    NODE,
+    POD,
+    STATEFUL_SET,
     ConflictError,
     NotFoundError,
     ObjectRef,
@@ -26,20 +37,57 @@ from .base import (
     kind_of,
     labels_match,
 )
+from .local_objects import NODE_NAME, node_object
+from .local_workloads import WorkloadSupervisor
+
+_WORKLOADS = (JOB, STATEFUL_SET)
+_FINISHED = ("Succeeded", "Failed")
+
+
+def _unversioned(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "creationTimestamp")}
+    return {**obj, "metadata": meta}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LocalBackend:
-    """An in-process object store with Kubernetes semantics and call counters (`calls`)."""
+    """An in-process object store with Kubernetes semantics and call counters (`calls`) that runs workloads.
+
+    `data_dir` holds logs, volumes and working directories (a temporary directory, removed by `close()`, when
+    neither it nor `log_dir` is given); `log_dir` alone (the older form) means `data_dir = log_dir.parent`.
+    """
 
     name = "local"
 
-    def __init__(self, *, log_dir: Path | None = None) -> None:
+    def __init__(self, *, data_dir: Path | None = None, log_dir: Path | None = None) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._log: list[tuple[int, WatchEvent, ResourceKind]] = []
         self._versions = itertools.count(1)
-        self.log_dir = log_dir
+        self._data_dir = Path(data_dir) if data_dir else Path(log_dir).parent if log_dir else None
+        self._log_dir = Path(log_dir) if log_dir else None
+        self._tmp_dir: Path | None = None
+        self._supervisor: WorkloadSupervisor | None = None
+        self._started = _now()
         self.calls: dict[str, int] = {}
+
+    @property
+    def data_dir(self) -> Path:
+        if self._data_dir is None:
+            self._data_dir = self._tmp_dir = Path(tempfile.mkdtemp(prefix="gryvia-local-"))
+        return self._data_dir
+
+    @property
+    def log_dir(self) -> Path:
+        return self._log_dir or self.data_dir / "logs"
+
+    def _workloads(self) -> WorkloadSupervisor:
+        if self._supervisor is None:
+            self._supervisor = WorkloadSupervisor(self, data_dir=self.data_dir, log_dir=self.log_dir)
+        return self._supervisor
 
     def _count(self, verb: str) -> None:
         self.calls[verb] = self.calls.get(verb, 0) + 1
@@ -48,15 +96,13 @@ class LocalBackend:
     def _key(ref: ObjectRef) -> tuple[str, str, str]:
         return (f"{ref.kind.api_version}/{ref.kind.kind}", ref.namespace or "", ref.name)
 
-    def _store(self, ref: ObjectRef, manifest: dict[str, Any], event: str) -> dict[str, Any]:
+    def _store(self, ref: ObjectRef, manifest: dict[str, Any], event: str, *, uid: str | None = None) -> dict[str, Any]:
         obj = copy.deepcopy(manifest)
         meta = obj.setdefault("metadata", {})
         previous = self._objects.get(self._key(ref))
         old_meta = (previous or {}).get("metadata", {})
-        meta["uid"] = old_meta.get("uid") or str(uuid.uuid4())
-        meta["creationTimestamp"] = old_meta.get("creationTimestamp") or datetime.now(UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"
-        )
+        meta["uid"] = uid or old_meta.get("uid") or str(uuid.uuid4())
+        meta["creationTimestamp"] = old_meta.get("creationTimestamp") or _now()
         version = next(self._versions)
         meta["resourceVersion"] = str(version)
         self._objects[self._key(ref)] = obj
@@ -64,13 +110,23 @@ class LocalBackend:
         self._cond.notify_all()
         return copy.deepcopy(obj)
 
+    def _put(self, ref: ObjectRef, manifest: dict[str, Any], event: str) -> dict[str, Any]:
+        """Store a client's write; `status` is a subresource, so a manifest without one keeps the live status."""
+        previous = self._objects.get(self._key(ref))
+        if previous is not None and "status" not in manifest and "status" in previous:
+            manifest = {**manifest, "status": previous["status"]}
+        obj = self._store(ref, manifest, event)
+        if ref.kind in _WORKLOADS:
+            self._workloads().sync(obj)
+        return obj
+
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
         with self._cond:
             self._count("apply")
             self._require_namespace(ref)
             exists = self._key(ref) in self._objects
-            return self._store(ref, manifest, "MODIFIED" if exists else "ADDED")
+            return self._put(ref, manifest, "MODIFIED" if exists else "ADDED")
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
@@ -79,16 +135,30 @@ class LocalBackend:
             self._require_namespace(ref)
             if self._key(ref) in self._objects:
                 raise ConflictError(f"{ref} already exists")
-            return self._store(ref, manifest, "ADDED")
+            return self._put(ref, manifest, "ADDED")
 
     def _require_namespace(self, ref: ObjectRef) -> None:
         if ref.kind.namespaced and ref.namespace:
             if ("v1/Namespace", "", ref.namespace) not in self._objects:
                 raise NotFoundError(f'namespaces "{ref.namespace}" not found')
 
+    def _ensure_node(self) -> None:
+        """The one Node, `local`, (re)written when this machine's GPU inventory reads differently."""
+        node = node_object(gpu_inventory(), since=self._started)
+        ref = ObjectRef(NODE, NODE_NAME)
+        current = self._objects.get(self._key(ref))
+        if (
+            current is None
+            or current.get("status") != node["status"]
+            or current["metadata"].get("labels") != (node["metadata"]["labels"])
+        ):
+            self._store(ref, node, "MODIFIED" if current else "ADDED")
+
     def get(self, ref: ObjectRef) -> dict[str, Any]:
         with self._cond:
             self._count("get")
+            if ref.kind == NODE:
+                self._ensure_node()
             obj = self._objects.get(self._key(ref))
             if obj is None:
                 raise NotFoundError(f"{ref} not found")
@@ -98,6 +168,8 @@ class LocalBackend:
         type_key = f"{kind.api_version}/{kind.kind}"
         with self._cond:
             self._count("list")
+            if kind == NODE:
+                self._ensure_node()
             return [
                 copy.deepcopy(obj)
                 for (t, ns, _name), obj in sorted(self._objects.items())
@@ -106,18 +178,39 @@ class LocalBackend:
                 and labels_match((obj.get("metadata") or {}).get("labels") or {}, label_selector)
             ]
 
-    def delete(self, ref: ObjectRef) -> bool:
+    def delete(self, ref: ObjectRef, *, grace_period_s: int | None = None, uid: str | None = None) -> bool:
+        """Delete; False when already gone. Workloads stop in the background (their pods go through the termination
+        sequence, `grace_period_s` overriding their grace); a deleted Pod's process is killed and its index comes
+        back; a Namespace takes its objects and workloads with it. `uid` is a precondition (ConflictError)."""
         with self._cond:
             self._count("delete")
-            obj = self._objects.pop(self._key(ref), None)
+            key = self._key(ref)
+            obj = self._objects.get(key)
             if obj is None:
                 return False
-            self._log.append((next(self._versions), WatchEvent("DELETED", obj), ref.kind))
+            actual = (obj.get("metadata") or {}).get("uid")
+            if uid is not None and actual != uid:
+                raise ConflictError(f"{ref}: precondition failed: UID in precondition: {uid}, UID in object: {actual}")
+            self._drop(key, ref.kind)
             if ref.kind.kind == "Namespace":  # as in a cluster, the namespace takes its objects with it
-                for key in [k for k in self._objects if k[1] == ref.name]:
-                    self._objects.pop(key)
+                for other in [k for k in self._objects if k[1] == ref.name]:
+                    self._drop(other, kind_of(self._objects[other]))
+                if self._supervisor is not None:
+                    self._supervisor.stop_namespace(ref.name, grace_s=grace_period_s)
+            elif ref.kind in _WORKLOADS:
+                self.remove_owned(ref.namespace or "", actual or "", finished_only=True)
+                if self._supervisor is not None:
+                    self._supervisor.stop(obj, grace_s=grace_period_s)
+            elif ref.kind == POD and self._supervisor is not None:
+                self._supervisor.pod_deleted(obj, grace_s=grace_period_s)
             self._cond.notify_all()
             return True
+
+    def _drop(self, key: tuple[str, str, str], kind: ResourceKind) -> dict[str, Any] | None:
+        obj = self._objects.pop(key, None)
+        if obj is not None:
+            self._log.append((next(self._versions), WatchEvent("DELETED", obj), kind))
+        return obj
 
     def watch(
         self,
@@ -151,14 +244,54 @@ class LocalBackend:
                 if labels_match(meta.get("labels") or {}, label_selector):
                     yield event
 
+    # -- logs -------------------------------------------------------------------------------------------------
+
+    def _log_path(self, namespace: str, pod: str) -> Path | None:
+        if self._log_dir is None and self._data_dir is None:
+            return None
+        return self.log_dir / namespace / f"{pod}.log"
+
     def pod_logs(self, *, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
-        if self.log_dir is None:
-            raise NotFoundError(f"no logs for pod {namespace}/{pod}")
-        path = self.log_dir / namespace / f"{pod}.log"
-        if not path.exists():
+        path = self._log_path(namespace, pod)
+        if path is None or not path.exists():
             raise NotFoundError(f"no logs for pod {namespace}/{pod}")
         lines = path.read_text(errors="replace").splitlines(keepends=True)
         return "".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def _pod_done(self, namespace: str, pod: str) -> bool:
+        """True when the pod has finished or is gone (its log will not grow)."""
+        with self._cond:
+            obj = self._objects.get(("v1/Pod", namespace, pod))
+            return obj is None or (obj.get("status") or {}).get("phase") in _FINISHED
+
+    def stream_pod_logs(self, *, namespace: str, pod: str, follow: bool, poll_s: float = 0.2) -> Iterator[str]:
+        """Lines of the pod's log file; with `follow`, waits (polling every `poll_s`, at least 50 ms) for more
+        until the pod has finished and the file is drained. NotFoundError here when there is nothing to read."""
+        path = self._log_path(namespace, pod)
+        if path is None or (not path.exists() and (not follow or self._pod_done(namespace, pod))):
+            raise NotFoundError(f"no logs for pod {namespace}/{pod}")
+        return self._follow(path, namespace=namespace, pod=pod, follow=follow, poll_s=max(poll_s, 0.05))
+
+    def _follow(self, path: Path, *, namespace: str, pod: str, follow: bool, poll_s: float) -> Iterator[str]:
+        while not path.exists():  # the pod is still Pending
+            if self._pod_done(namespace, pod):
+                return
+            time.sleep(poll_s)
+        buffer = b""
+        with open(path, "rb") as handle:
+            while True:
+                finished = not follow or self._pod_done(namespace, pod)
+                data = handle.read()
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace") + "\n"
+                if finished:
+                    break
+                if not data:
+                    time.sleep(poll_s)
+        if buffer:
+            yield buffer.decode("utf-8", "replace") + "\n"
 
     def events(self, *, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -167,9 +300,70 @@ class LocalBackend:
             if involved_name is None or (obj.get("involvedObject") or {}).get("name") == involved_name
         ]
 
+    # -- the supervisor's side (WorkloadStore): not API calls, so not counted -----------------------------------
+
+    def read_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._cond:
+            obj = self._objects.get((f"v1/{kind}", namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def write_pod(self, pod: dict[str, Any], *, create: bool, owner_uid: str) -> None:
+        """Create (only while the owning workload, with that uid, exists) or update (only while the Pod exists)."""
+        ref = ObjectRef.of(pod)
+        meta = pod["metadata"]
+        with self._cond:
+            current = self._objects.get(self._key(ref))
+            if current is not None and current["metadata"].get("uid") != meta["uid"]:
+                if not create:
+                    return  # another pod of that name now: this one is gone
+                current = None
+            if current is None and not create:
+                return
+            if create:
+                owner = (meta.get("ownerReferences") or [{}])[0]
+                owner_kind = kind_of({"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind")})
+                live = self._objects.get(self._key(ObjectRef(owner_kind, owner.get("name", ""), ref.namespace)))
+                if live is None or live["metadata"].get("uid") != owner_uid:
+                    return
+            if current is not None and _unversioned(current) == _unversioned(pod):
+                return
+            self._store(ref, pod, "ADDED" if current is None else "MODIFIED", uid=meta["uid"])
+
+    def write_status(self, kind: ResourceKind, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
+        ref = ObjectRef(kind, name, namespace)
+        with self._cond:
+            current = self._objects.get(self._key(ref))
+            if current is None or current["metadata"].get("uid") != uid or current.get("status") == status:
+                return
+            self._store(ref, {**current, "status": status}, "MODIFIED")
+
+    def remove_object(self, kind: ResourceKind, namespace: str, name: str, uid: str | None) -> None:
+        ref = ObjectRef(kind, name, namespace)
+        with self._cond:
+            current = self._objects.get(self._key(ref))
+            if current is not None and (uid is None or current["metadata"].get("uid") == uid):
+                self._drop(self._key(ref), kind)
+                self._cond.notify_all()
+
+    def remove_owned(self, namespace: str, owner_uid: str, *, finished_only: bool) -> None:
+        """Garbage-collect the Pods a workload owns (only those that have finished, with `finished_only`)."""
+        with self._cond:
+            for key, obj in list(self._objects.items()):
+                if key[0] != "v1/Pod" or key[1] != namespace:
+                    continue
+                owners = {o.get("uid") for o in obj["metadata"].get("ownerReferences") or []}
+                if owner_uid in owners and (not finished_only or (obj.get("status") or {}).get("phase") in _FINISHED):
+                    self._drop(key, POD)
+            self._cond.notify_all()
+
     def close(self) -> None:
+        """Stop every local workload (no process outlives this), wake watchers, drop a temporary data dir."""
+        if self._supervisor is not None:
+            self._supervisor.close()  # outside the lock: stopping pods write to the store
         with self._cond:
             self._cond.notify_all()
+        if self._tmp_dir is not None:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
 
 
 _EVENT = kind_of({"apiVersion": "v1", "kind": "Event"})

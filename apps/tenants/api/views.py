@@ -146,7 +146,7 @@ class ApiKeyViewSet(
     lookup_value_regex = "[A-Za-z0-9]{8,16}"
 
     def scope_queryset(self, queryset):
-        return queryset.select_related("tenant")
+        return queryset.select_related("tenant").filter(bound_to="")
 
     @extend_schema(responses={201: ApiKeyCreatedSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:

@@ -25,6 +25,8 @@ class ApiKey(TenantOwnedModel):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=200, blank=True, default="")
+    # Internal credentials bound to one object (a job's report token: "job:<uid>"); not listed with user keys.
+    bound_to = models.CharField(max_length=100, blank=True, default="", db_index=True)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

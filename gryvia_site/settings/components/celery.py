@@ -13,6 +13,7 @@ CELERY_TIMEZONE = "UTC"
 # apps.core.tasks.run_periodic; the embedded ticker calls the function directly.
 GRYVIA_PERIODIC = {
     "reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 20.0),
+    "reconcile-jobs": ("apps.jobs.reconciler.reconcile_jobs", 2.0),
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -7,6 +7,8 @@ from .core import DATA_DIR, GRYVIA_PORT, PRODUCTION
 
 # Where people reach Gryvia: used in links handed to them (the device flow's verification address).
 GRYVIA_PUBLIC_URL = env_str("GRYVIA_PUBLIC_URL", f"http://127.0.0.1:{GRYVIA_PORT}").rstrip("/")
+# Where job pods reach the control plane (checkpoint reports): in a cluster, its Service address.
+GRYVIA_INTERNAL_API_URL = env_str("GRYVIA_INTERNAL_API_URL", GRYVIA_PUBLIC_URL).rstrip("/")
 
 
 def _oidc_private_key() -> str:

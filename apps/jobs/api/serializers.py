@@ -1,0 +1,119 @@
+"""Job input (manifest or flat JSON) and output (manifest-shaped, upstream field names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from apps.core.api.serializers import API_VERSION
+
+from .. import choices as C
+from ..models import Job, JobEvent
+
+
+class JobInputSerializer(serializers.Serializer):
+    """A GryviaAIJob manifest (`apiVersion`, `kind`, `metadata.name`, `spec`) or `{"name", "spec"}`.
+
+    The spec itself is validated by the service (apps.jobs.spec), whose errors name `spec.<field>`.
+    """
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"body": ["must be a JSON or YAML mapping"]})
+        errors: dict[str, list[str]] = {}
+        if "apiVersion" in data or "kind" in data or "metadata" in data:
+            allowed = {"apiVersion", "kind", "metadata", "spec"}
+            if data.get("apiVersion") != API_VERSION:
+                errors["apiVersion"] = [f"must be {API_VERSION!r}"]
+            if data.get("kind") != C.KIND:
+                errors["kind"] = [f"must be {C.KIND!r}"]
+            metadata = data.get("metadata")
+            if not isinstance(metadata, dict):
+                errors["metadata"] = ["must be a mapping with a name"]
+                metadata = {}
+            for key in sorted(set(metadata) - {"name", "labels", "annotations"}):
+                errors[f"metadata.{key}"] = ["unknown field"]
+            name = metadata.get("name")
+            field = "metadata.name"
+        else:
+            allowed = {"name", "spec"}
+            name = data.get("name")
+            field = "name"
+        for key in sorted(set(data) - allowed):
+            errors[key] = ["unknown field"]
+        if "spec" not in data:
+            errors["spec"] = ["is required"]
+        if name is None:
+            errors[field] = ["is required"]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {"name": name, "spec": data["spec"]}
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as a manifest: metadata, spec, status."""
+
+    class Meta:
+        model = Job
+        fields = ("name",)
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        iso = lambda value: value.isoformat() if value else None  # noqa: E731
+        return {
+            "apiVersion": API_VERSION,
+            "kind": C.KIND,
+            "metadata": {
+                "name": job.name,
+                "tenant": job.tenant.slug,
+                "uid": str(job.uid),
+                "generation": job.generation,
+                "creationTimestamp": iso(job.created_at),
+                "submittedBy": job.submitted_by,
+            },
+            "spec": job.spec,
+            "status": {
+                "phase": job.phase,
+                "reason": job.reason,
+                "message": job.message,
+                "conditions": job.conditions,
+                "startTime": iso(job.start_time),
+                "completionTime": iso(job.completion_time),
+                "attempts": job.attempts,
+                "restarts": job.restarts,
+                "allocatedNodes": job.allocated_nodes,
+                "currentNodes": job.current_nodes,
+                "readyNodes": job.ready_nodes,
+                "desiredNodes": job.typed_spec.desired_nodes,
+                "gpusAllocated": job.gpus_allocated,
+                "endpoint": job.endpoint,
+                "lastCheckpointStep": job.last_checkpoint_step,
+                "lastCheckpointTime": iso(job.last_checkpoint_at),
+                "nodeLossRecoveries": job.node_loss_recoveries,
+                "lostSteps": job.lost_steps,
+                "cancelRequested": job.cancel_requested_at is not None,
+                "observedGeneration": job.observed_generation,
+            },
+        }
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    time = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = JobEvent
+        fields = ("type", "reason", "message", "time")
+
+
+class ResizeSerializer(serializers.Serializer):
+    nodes = serializers.IntegerField(min_value=1, max_value=1024)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict) and set(data) - {"nodes"}:
+            raise serializers.ValidationError({k: ["unknown field"] for k in sorted(set(data) - {"nodes"})})
+        return super().to_internal_value(data)
+
+
+class CheckpointReportSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0)
+    committed = serializers.BooleanField()

@@ -1,0 +1,3 @@
+from .job import Job, JobEvent
+
+__all__ = ["Job", "JobEvent"]

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from apps.core.models import TenantOwnedModel
+
+from ..choices import TERMINAL_PHASES, JobPhase
+from ..spec import JobSpec
+
+
+class Job(TenantOwnedModel):
+    """A GryviaAIJob: training, fine-tuning, evaluation or inference work, run as an Indexed Job or StatefulSet.
+
+    `spec` is the normalized upstream spec (camelCase). Status fields are written by the job reconciler only,
+    with a compare-and-swap on `generation` (bumped by resize, the one spec change allowed after submission).
+    """
+
+    name = models.CharField(max_length=52)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    spec = models.JSONField()
+    generation = models.PositiveBigIntegerField(default=1)
+    observed_generation = models.PositiveBigIntegerField(default=0)
+    submitted_by = models.CharField(max_length=200, blank=True, default="")
+
+    phase = models.CharField(max_length=20, choices=JobPhase.choices, default=JobPhase.PENDING, db_index=True)
+    reason = models.CharField(max_length=100, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    conditions = models.JSONField(default=list, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    completion_time = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    restarts = models.JSONField(default=dict, blank=True, help_text="node index -> restarts")
+    allocated_nodes = models.JSONField(default=list, blank=True)
+    current_nodes = models.PositiveIntegerField(default=0)
+    ready_nodes = models.PositiveIntegerField(default=0)
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    endpoint = models.CharField(max_length=300, blank=True, default="")
+    last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    last_reported_step = models.BigIntegerField(null=True, blank=True)
+    node_loss_recoveries = models.PositiveIntegerField(default=0)
+    lost_steps = models.BigIntegerField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    finalized = models.BooleanField(default=False, help_text="terminal, and its cluster objects are collected")
+    status_applied = models.JSONField(default=dict, blank=True, help_text="object key -> spec hash last applied")
+
+    AUDIT_FIELDS = ("name", "spec", "generation", "phase", "reason", "cancel_requested_at")
+
+    class Meta(TenantOwnedModel.Meta):
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="job_unique_name_per_tenant")]
+        indexes = [models.Index(fields=["finalized", "phase"], name="job_active_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def typed_spec(self) -> JobSpec:
+        return JobSpec.of(self.spec)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+class JobEvent(models.Model):
+    """One lifecycle event of a job (the job's event list; also in the audit log and the live channels)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=10, default="Normal")  # Normal | Warning
+    reason = models.CharField(max_length=100)
+    message = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.reason}"

@@ -1,0 +1,322 @@
+"""The job reconciler: each job's workload, Service, token Secret and PVC, and its status from what runs.
+
+Per pass (see apps.core.reconcile): one LIST per managed kind, one of Pods and one of Nodes; GPU capacity is
+checked before a workload is created; cancel deletes the workload (keeping the PVC); terminal jobs keep only
+their PVC until `ttlSecondsAfterFinished`; pods on a lost node are force-deleted so the Job replaces them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from apps.cluster.backends import get_backend
+from apps.cluster.backends.base import (
+    JOB,
+    MANAGED_BY,
+    MANAGER,
+    NODE,
+    POD,
+    PVC,
+    SECRET,
+    SERVICE,
+    STATEFUL_SET,
+    ClusterBackend,
+    ObjectRef,
+)
+from apps.core.reconcile import OwnerReconciler, ReconcileStats
+from apps.core.scopes import JOBS_REPORT
+from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound
+
+from . import choices as C
+from . import manifests, selectors, services
+from .choices import JobPhase
+from .models import Job
+from .status import Observed, from_batch_job, from_stateful_set, set_condition
+
+logger = logging.getLogger(__name__)
+TOKEN_PLACEHOLDER = "issued-at-apply"
+NODE_LOSS_GRACE = dt.timedelta(seconds=60)
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _ts(value: str | None) -> dt.datetime | None:
+    return parse_datetime(value) if value else None
+
+
+class JobReconciler(OwnerReconciler[Job]):
+    kind = "job"
+    managed_kinds = (PVC, SECRET, JOB, STATEFUL_SET, SERVICE)
+    observed_kinds = (POD,)
+    label_selector = f"{MANAGED_BY}={MANAGER},{manifests.COMPONENT}=job"
+    delete_order = ("Service", "Job", "StatefulSet", "Secret", "PersistentVolumeClaim")
+
+    def __init__(self, backend: ClusterBackend, **kw: Any) -> None:
+        super().__init__(backend, **kw)
+        self.gpu_total = 0
+        self.gpu_free = 0
+        self.lost_nodes: dict[str, dt.datetime] = {}
+        self.waiting: dict[int, str] = {}
+
+    # -- pass-wide state ----------------------------------------------------------------------------------------
+
+    def begin_pass(self) -> None:
+        total, now = 0, timezone.now()
+        self.lost_nodes = {}
+        for node in self.backend.list(NODE):
+            status = node.get("status") or {}
+            ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+            if ready is not None and ready.get("status") != "True":
+                since = _ts(ready.get("lastTransitionTime")) or now
+                if now - since >= NODE_LOSS_GRACE:
+                    self.lost_nodes[node["metadata"]["name"]] = since
+                continue
+            total += int((status.get("allocatable") or {}).get(manifests.GPU_RESOURCE) or 0)
+        self.gpu_total = total
+        self.gpu_free = max(total - selectors.gpus_in_use(), 0)
+        self.waiting = {}
+
+    # -- owners -------------------------------------------------------------------------------------------------
+
+    def owners(self):
+        return selectors.jobs_to_reconcile().iterator(chunk_size=500)
+
+    def owner_key(self, owner: Job) -> str:
+        return str(owner.uid)
+
+    def owner_key_of(self, obj: dict[str, Any]) -> str | None:
+        return _labels(obj).get(C.JOB_UID_LABEL)
+
+    def generation(self, owner: Job) -> tuple[int, int]:
+        return owner.generation, owner.observed_generation
+
+    def applied(self, owner: Job) -> dict[str, str]:
+        return owner.status_applied or {}
+
+    def needs_work(self, owner: Job, live: dict[str, dict[str, Any]]) -> bool:
+        return True  # status follows the workload every pass; applies still happen only when hashes differ
+
+    # -- desired state ------------------------------------------------------------------------------------------
+
+    def _keeps_pvc(self, job: Job) -> bool:
+        ttl = job.spec.get("ttlSecondsAfterFinished")
+        if not job.spec.get("storage"):
+            return False
+        if not job.is_terminal or ttl is None or job.completion_time is None:
+            return True
+        return timezone.now() < job.completion_time + dt.timedelta(seconds=int(ttl))
+
+    def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
+        common = {"name": owner.name, "namespace": ns, "uid": str(owner.uid), "tenant": tenant}
+        pvc = manifests.data_pvc(spec, **common)
+        keep = [pvc] if pvc is not None and self._keeps_pvc(owner) else []
+        if owner.is_terminal or owner.cancel_requested_at is not None:
+            return keep
+        has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
+        if not has_workload and spec.total_gpus > self.gpu_free:
+            self.waiting[owner.pk] = (
+                f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: {self.gpu_free} of {self.gpu_total} free"
+            )
+            return keep
+        api_url = settings.GRYVIA_INTERNAL_API_URL
+        return [
+            *keep,
+            manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
+            manifests.workload(spec, api_url=api_url, **common),
+            manifests.headless_service(spec, **common),
+        ]
+
+    def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created
+            token = api_key_issue_bound(
+                tenant=owner.tenant, bound_to=f"job:{owner.uid}", scopes=[JOBS_REPORT], name=f"job {owner.name}"
+            )
+            return {**manifest, "stringData": {"token": token}}
+        if manifest["kind"] == "Service":
+            workload = next((o for o in results.values() if o.get("kind") in ("Job", "StatefulSet")), None)
+            if workload is not None and (workload.get("metadata") or {}).get("uid"):
+                meta = dict(manifest["metadata"])
+                meta["ownerReferences"] = manifests.headless_service(
+                    owner.typed_spec,
+                    name=owner.name,
+                    namespace=owner.tenant.namespace,
+                    uid=str(owner.uid),
+                    tenant=owner.tenant.slug,
+                    owner=workload,
+                )["metadata"]["ownerReferences"]
+                return {**manifest, "metadata": meta}
+        return manifest
+
+    # -- status -------------------------------------------------------------------------------------------------
+
+    def write_status(self, owner: Job, *, generation: int, applied: dict[str, str]) -> None:
+        if owner.observed_generation == generation and owner.status_applied == applied:
+            return
+        if Job.all_tenants.filter(pk=owner.pk, generation=generation).update(
+            observed_generation=generation, status_applied=applied
+        ):
+            owner.observed_generation, owner.status_applied = generation, applied
+
+    def record_error(self, owner: Job, message: str) -> None:
+        if owner.message != message:
+            Job.all_tenants.filter(pk=owner.pk).update(message=message[:2000])
+            services.job_event(job=owner, reason="ReconcileError", message=message, type="Warning")
+
+    def observe(self, owner: Job, live: dict[str, dict[str, Any]], observed: dict[str, list[dict[str, Any]]]) -> None:
+        job = owner
+        now = timezone.now()
+        if job.is_terminal:
+            if not live and not job.finalized:
+                Job.all_tenants.filter(pk=job.pk).update(finalized=True)
+            return
+        if job.cancel_requested_at is not None:
+            self._finish(job, JobPhase.CANCELLED, "Cancelled", "cancelled by request", now)
+            return
+        workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
+        if workload is None:
+            if job.pk in self.waiting:
+                self._update(job, phase=JobPhase.PENDING, reason="InsufficientGPUs", message=self.waiting[job.pk])
+            return
+        pods = observed.get("Pod", [])
+        if workload["kind"] == "Job":
+            seen = from_batch_job(workload, pods, was_running=job.phase == JobPhase.RUNNING)
+        else:
+            port = job.spec.get("port") or 8000
+            default = f"http://{manifests.names(job.name)['service']}.{job.tenant.namespace}.svc:{port}"
+            seen = from_stateful_set(workload, pods, default_endpoint=default)
+        self._recover_lost_nodes(job, pods, now)
+        self._apply_observed(job, seen, now)
+
+    def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
+        """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
+        if not self.lost_nodes or job.typed_spec.elastic:
+            return
+        replaced, lost_on = [], set()
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            phase = (pod.get("status") or {}).get("phase")
+            if node in self.lost_nodes and phase not in ("Succeeded", "Failed"):
+                meta = pod["metadata"]
+                self.backend.delete(
+                    ObjectRef(POD, meta["name"], meta.get("namespace")), grace_period_s=0, uid=meta.get("uid")
+                )
+                replaced.append(meta["name"])
+                lost_on.add(node)
+        if not replaced:
+            return
+        lost = max((job.last_reported_step or 0) - (job.last_checkpoint_step or 0), 0)
+        message = (
+            f"replaced {len(replaced)} pod(s) from NotReady node(s) {', '.join(sorted(lost_on))}; "
+            f"resuming from step {job.last_checkpoint_step or 0} ({lost} step(s) lost)"
+        )
+        conditions = set_condition(
+            job.conditions, type="RecoveredFromNodeLoss", status=True, reason="PodsReplaced", message=message, now=now
+        )
+        Job.all_tenants.filter(pk=job.pk).update(
+            conditions=conditions, node_loss_recoveries=job.node_loss_recoveries + 1, lost_steps=job.lost_steps + lost
+        )
+        job.conditions = conditions
+        services.job_event(job=job, reason="NodeLost", message=message, type="Warning")
+
+    def _apply_observed(self, job: Job, seen: Observed, now: dt.datetime) -> None:
+        if seen.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+            self._finish(job, seen.phase, seen.reason or seen.phase, seen.message, now, seen=seen)
+            return
+        changes: dict[str, Any] = {
+            "phase": seen.phase,
+            "reason": "" if seen.phase == JobPhase.RUNNING else job.reason if job.reason != "InsufficientGPUs" else "",
+            "attempts": seen.attempts,
+            "current_nodes": seen.current_nodes,
+            "ready_nodes": seen.ready_nodes,
+            "restarts": seen.restarts,
+            "allocated_nodes": seen.allocated_nodes,
+            "endpoint": seen.endpoint,
+            "gpus_allocated": job.typed_spec.gpus_per_pod * max(seen.current_nodes, 1),
+        }
+        if seen.phase == JobPhase.RUNNING:
+            changes["message"] = ""
+            if job.start_time is None:
+                changes["start_time"] = _ts(seen.start_time) or now
+        ready = seen.ready_nodes >= seen.current_nodes > 0
+        changes["conditions"] = set_condition(
+            job.conditions,
+            type="Ready",
+            status=ready,
+            reason="Ready" if ready else "PodsNotReady",
+            message=f"{seen.ready_nodes}/{seen.current_nodes} replicas are ready",
+            now=now,
+        )
+        events = []
+        if seen.attempts > max(job.attempts, 1):
+            events.append(("Restarted", f"attempt {seen.attempts}: the group restarted after a rank failed", "Warning"))
+        if job.current_nodes and seen.current_nodes != job.current_nodes:
+            verb = "Grown" if seen.current_nodes > job.current_nodes else "Shrunk"
+            events.append(("Resized", f"{verb}: {job.current_nodes} -> {seen.current_nodes} nodes", "Normal"))
+            changes["conditions"] = set_condition(
+                changes["conditions"],
+                type="Resized",
+                status=True,
+                reason=verb,
+                message=f"{job.current_nodes} -> {seen.current_nodes} workers",
+                now=now,
+            )
+        if seen.phase != job.phase:
+            reason = {JobPhase.SCHEDULING: "Scheduled", JobPhase.RUNNING: "Running"}.get(seen.phase, seen.phase)
+            events.append((reason, f"{seen.current_nodes} node(s)", "Normal"))
+        self._update(job, events=events, **changes)
+
+    def _finish(
+        self, job: Job, phase: str, reason: str, message: str, now: dt.datetime, *, seen: Observed | None = None
+    ) -> None:
+        changes: dict[str, Any] = {
+            "phase": phase,
+            "reason": reason,
+            "message": message,
+            "completion_time": (_ts(seen.completion_time) if seen else None) or now,
+            "gpus_allocated": 0,
+            "ready_nodes": 0,
+        }
+        if seen is not None:
+            changes.update(attempts=seen.attempts, restarts=seen.restarts, current_nodes=seen.current_nodes)
+            if job.start_time is None:
+                changes["start_time"] = _ts(seen.start_time) or now
+        changes["conditions"] = set_condition(
+            job.conditions, type="Ready", status=False, reason=reason, message=message, now=now
+        )
+        api_key_revoke_bound(bound_to=f"job:{job.uid}")
+        self._update(
+            job, events=[(reason, message or phase, "Warning" if phase == JobPhase.FAILED else "Normal")], **changes
+        )
+
+    def _update(self, job: Job, *, events: list[tuple[str, str, str]] | None = None, **changes: Any) -> None:
+        """Write changed status fields (never over a terminal phase), then record the events."""
+        changed = {k: v for k, v in changes.items() if getattr(job, k) != v}
+        if not changed:
+            return
+        if not Job.all_tenants.filter(pk=job.pk).exclude(phase__in=C.TERMINAL_PHASES).update(**changed):
+            return
+        for key, value in changed.items():
+            setattr(job, key, value)
+        if "reason" in changed and changed.get("reason") == "InsufficientGPUs":
+            events = [*(events or []), ("Waiting", job.message, "Normal")]
+        for reason, message, kind in events or []:
+            services.job_event(job=job, reason=reason, message=message, type=kind)
+
+
+def reconcile_jobs(backend: ClusterBackend | None = None) -> ReconcileStats:
+    """One bounded pass (the periodic entry point for the ticker and Celery beat)."""
+    reconciler = JobReconciler(
+        backend or get_backend(),
+        max_per_pass=settings.GRYVIA_RECONCILE_MAX_PER_PASS,
+        budget_s=settings.GRYVIA_RECONCILE_BUDGET_S,
+    )
+    return reconciler.run_pass()

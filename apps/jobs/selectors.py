@@ -1,0 +1,18 @@
+"""Reading jobs."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet, Sum
+
+from .choices import JobPhase
+from .models import Job
+
+
+def gpus_in_use() -> int:
+    """GPUs held by jobs that are placed (Scheduling) or running, across every tenant."""
+    used = Job.all_tenants.filter(phase__in=[JobPhase.SCHEDULING, JobPhase.RUNNING]).aggregate(n=Sum("gpus_allocated"))
+    return int(used["n"] or 0)
+
+
+def jobs_to_reconcile() -> QuerySet[Job]:
+    return Job.all_tenants.filter(finalized=False).select_related("tenant").order_by("pk")

@@ -1,0 +1,184 @@
+"""Jobs: submit, cancel, resize, delete and checkpoint reports. Every change is transactional and audited;
+the job reconciler turns the result into cluster objects and writes status.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from rest_framework import serializers
+
+from apps.core.audit import audit_record, snapshot
+from apps.core.errors import Conflict
+from apps.core.periodic import nudge
+from apps.core.principal import Principal, system
+from apps.tenants.models import Tenant
+
+from . import choices as C
+from .models import Job, JobEvent
+from .spec import normalize_spec
+
+RECONCILE = "reconcile-jobs"
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+RECONCILER = system("job-reconciler")
+
+
+class JobConflict(Conflict):
+    """The job is in a state that does not allow this (HTTP 409)."""
+
+
+def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        obj=job,
+        object_type="job",
+        object_id=job.name,
+        tenant_id=job.tenant_id,
+        tenant_slug=job.tenant.slug,
+        before=before,
+        after=after,
+    )
+
+
+def job_event(*, job: Job, reason: str, message: str, type: str = "Normal", actor: Principal = RECONCILER) -> None:
+    """Record a lifecycle event: the job's event list, the audit log and the live channels (after commit)."""
+    JobEvent.objects.create(job=job, type=type, reason=reason, message=message[:2000])
+    _audit(actor, f"job.{reason[0].lower()}{reason[1:]}", job, None, {"reason": reason, "message": message[:500]})
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValidationError({"name": "is required"})
+    if len(name) > C.MAX_NAME_LENGTH:
+        raise ValidationError({"name": f"must be at most {C.MAX_NAME_LENGTH} characters (got {len(name)})"})
+    if not _NAME.match(name):
+        raise ValidationError({"name": "must be a DNS label: lowercase letters, digits and '-'"})
+    return name
+
+
+def _spec_errors(exc: serializers.ValidationError) -> ValidationError:
+    def flatten(detail: Any, prefix: str) -> dict[str, str]:
+        if isinstance(detail, dict):
+            out: dict[str, str] = {}
+            for key, value in detail.items():
+                out.update(flatten(value, f"{prefix}.{key}" if key != "non_field_errors" else prefix))
+            return out
+        if isinstance(detail, list) and detail and all(isinstance(d, dict) for d in detail):
+            out = {}
+            for index, value in enumerate(detail):
+                out.update(flatten(value, f"{prefix}[{index}]"))
+            return out
+        return {prefix: " ".join(str(d) for d in (detail if isinstance(detail, list) else [detail]))}
+
+    return ValidationError(flatten(exc.detail, "spec"))
+
+
+@transaction.atomic
+def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job:
+    """Submit a job. Raises ValidationError naming the field (`name`, `spec.distributed.nodes`, ...)."""
+    validate_name(name)
+    try:
+        normalized = normalize_spec(spec)
+    except serializers.ValidationError as exc:
+        raise _spec_errors(exc) from exc
+    try:
+        with transaction.atomic():
+            job = Job.all_tenants.create(
+                tenant=tenant, name=name, spec=normalized, submitted_by=actor.label, current_nodes=0
+            )
+    except IntegrityError as exc:
+        raise ValidationError({"name": f"a job named {name!r} already exists in tenant {tenant.slug}"}) from exc
+    _audit(actor, "job.create", job, None, snapshot(job, Job.AUDIT_FIELDS))
+    JobEvent.objects.create(job=job, reason="Submitted", message=f"submitted by {actor.label}")
+    nudge(RECONCILE)
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, actor: Principal, job: Job) -> Job:
+    """Ask for the job to stop: its workload gets the checkpoint request, the grace period, then is stopped."""
+    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    if job.is_terminal:
+        raise JobConflict(f"job {job.name} is already {job.phase}")
+    if job.cancel_requested_at is None:
+        before = snapshot(job, Job.AUDIT_FIELDS)
+        job.cancel_requested_at = timezone.now()
+        job.save(update_fields=["cancel_requested_at", "updated_at"])
+        _audit(actor, "job.cancel", job, before, snapshot(job, Job.AUDIT_FIELDS))
+        JobEvent.objects.create(job=job, reason="CancelRequested", message=f"cancel requested by {actor.label}")
+        nudge(RECONCILE)
+    return job
+
+
+@transaction.atomic
+def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
+    """Set an elastic job's desired node count (minNodes..nodes); the reconciler starts or stops indexes."""
+    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    spec = job.typed_spec
+    if not spec.elastic:
+        raise JobConflict(f"job {job.name} is not elastic: only elastic jobs can be resized")
+    if job.is_terminal or job.cancel_requested_at:
+        raise JobConflict(f"job {job.name} is {job.phase}: it can no longer be resized")
+    if isinstance(nodes, bool) or not isinstance(nodes, int):
+        raise ValidationError({"nodes": "must be an integer"})
+    if not spec.min_nodes <= nodes <= spec.max_nodes:
+        raise ValidationError({"nodes": f"must be between minNodes ({spec.min_nodes}) and nodes ({spec.max_nodes})"})
+    if nodes == spec.desired_nodes:
+        return job
+    before = snapshot(job, Job.AUDIT_FIELDS)
+    new_spec = dict(job.spec)
+    distributed = dict(new_spec["distributed"])
+    distributed["elastic"] = {**distributed["elastic"], "desiredNodes": nodes}
+    new_spec["distributed"] = distributed
+    old = spec.desired_nodes
+    job.spec = new_spec
+    job.generation = F("generation") + 1
+    job.save(update_fields=["spec", "generation", "updated_at"])
+    job.refresh_from_db()
+    _audit(actor, "job.resize", job, before, snapshot(job, Job.AUDIT_FIELDS))
+    JobEvent.objects.create(job=job, reason="ResizeRequested", message=f"{old} -> {nodes} nodes by {actor.label}")
+    nudge(RECONCILE)
+    return job
+
+
+@transaction.atomic
+def job_delete(*, actor: Principal, job: Job) -> None:
+    """Delete the job and its history; the reconciler removes its cluster objects (PVC included)."""
+    from apps.tenants.services import api_key_revoke_bound
+
+    _audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
+    api_key_revoke_bound(bound_to=f"job:{job.uid}")
+    job.delete()
+    nudge(RECONCILE)
+
+
+@transaction.atomic
+def job_report_checkpoint(*, principal: Principal, job: Job, step: Any, committed: Any) -> Job:
+    """A trainer reports progress or a committed checkpoint (with the job's own token)."""
+    if principal.bound_to != f"job:{job.uid}":
+        raise PermissionError("this token may only report for the job it was issued to")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValidationError({"step": "must be a non-negative integer"})
+    if not isinstance(committed, bool):
+        raise ValidationError({"committed": "must be true or false"})
+    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    if job.last_reported_step is None or step > job.last_reported_step or committed:
+        job.last_reported_step = max(step, job.last_reported_step or 0)
+    fields = ["last_reported_step", "updated_at"]
+    if committed and (job.last_checkpoint_step is None or step > job.last_checkpoint_step):
+        job.last_checkpoint_step = step
+        job.last_checkpoint_at = timezone.now()
+        fields += ["last_checkpoint_step", "last_checkpoint_at"]
+        job.save(update_fields=fields)
+        job_event(
+            job=job, reason="CheckpointCommitted", message=f"step {step} committed by every rank", actor=principal
+        )
+    else:
+        job.save(update_fields=fields)
+    return job

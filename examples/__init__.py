@@ -1,0 +1,1 @@
+"""Runnable examples of jobs on Gryvia (see examples/training/*.yaml)."""
