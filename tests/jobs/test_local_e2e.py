@@ -1,0 +1,217 @@
+"""Jobs end to end on the local backend: real processes, logs, timeout, cancel, GPUs, resize, recovery, inference."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from apps.cluster.backends import set_backend
+from apps.cluster.backends.local import LocalBackend
+from apps.cluster.backends.local_pods import group_alive
+from apps.jobs import services
+from apps.jobs.logs import job_logs, job_pods
+from apps.jobs.models import Job
+from apps.jobs.reconciler import reconcile_jobs
+from apps.tenants.reconciler import reconcile_tenants
+from tests.factories import ACTOR
+from tests.jobs.factories import HELLO_YAML, make_job
+
+PID = "gryvia.io/local-pid"
+
+
+@pytest.fixture
+def local(tmp_path, tenant_a):
+    backend = LocalBackend(data_dir=tmp_path)
+    set_backend(backend)
+    reconcile_tenants(backend)
+    yield backend
+    backend.close()
+
+
+def drive(job: Job, until: Callable[[Job], bool], timeout: float = 60.0, backend=None) -> Job:
+    """Run reconcile passes (as the ticker does) until `until(job)`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reconcile_jobs(backend)
+        job.refresh_from_db()
+        if until(job):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job.name} is {job.phase} ({job.reason}: {job.message}) after {timeout}s")
+
+
+def pids(job: Job) -> list[int]:
+    return [
+        int(p["metadata"]["annotations"][PID]) for p in job_pods(job) if PID in p["metadata"].get("annotations", {})
+    ]
+
+
+def live_pids(job: Job) -> list[int]:
+    return [pid for pid in pids(job) if group_alive(pid)]
+
+
+@pytest.mark.django_db
+def test_hello_reaches_succeeded_and_logs_each_rank(local, client_a):
+    response = client_a.generic("POST", "/api/v1/jobs/", HELLO_YAML, content_type="application/yaml")
+    assert response.status_code == 201
+    job = drive(Job.all_tenants.get(name="hello"), lambda j: j.is_terminal)
+    assert job.phase == "Succeeded", job.message
+    text = client_a.get("/api/v1/jobs/hello/logs/").content.decode()
+    assert "[0] rank 0 world 2\n" in text and "[1] rank 1 world 2\n" in text
+    assert client_a.get("/api/v1/jobs/hello/logs/?index=1").content.decode() == "[1] rank 1 world 2\n"
+    reasons = [e["reason"] for e in client_a.get("/api/v1/jobs/hello/events/").json()["results"]]
+    assert reasons[0] == "Submitted" and reasons[-1] == "Succeeded"
+    assert job.start_time and job.completion_time and job.attempts == 1 and job.restarts == {"0": 0, "1": 0}
+    drive(job, lambda j: j.finalized)
+
+
+@pytest.mark.django_db
+def test_a_3s_timeout_fails_with_deadline_exceeded_and_leaves_no_process(local, tenant_a):
+    job = make_job(tenant_a, "slow", timeout="3s", command=["python3", "-c", "import time; time.sleep(60)"])
+    job = drive(job, lambda j: j.phase == "Running")
+    started = pids(job)
+    assert len(started) == 2
+    job = drive(job, lambda j: j.is_terminal, timeout=30)
+    assert job.phase == "Failed" and job.reason == "DeadlineExceeded", job.message
+    time.sleep(0.5)
+    assert not [pid for pid in started if group_alive(pid)]
+
+
+@pytest.mark.django_db
+def test_cancel_asks_for_a_checkpoint_then_stops_everything_after_the_grace(local, tenant_a, tmp_path):
+    marker = tmp_path / "checkpoint-requested"
+    script = (
+        "import signal, time, pathlib\n"
+        f"def ask(*_): pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "signal.signal(signal.SIGUSR1, ask)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a stubborn trainer: only SIGKILL ends it
+        "print('ready', flush=True)\n"
+        "while True: time.sleep(0.1)\n"
+    )
+    job = make_job(
+        tenant_a,
+        "stop",
+        command=["python3", "-c", script],
+        storage="standard",
+        checkpoint={"dir": "/data/ckpt", "preStopGraceSeconds": 5},
+    )
+    job = drive(job, lambda j: j.phase == "Running" and len(live_pids(j)) == 2)
+    started = pids(job)
+    services.job_cancel(actor=ACTOR, job=job)
+    job = drive(job, lambda j: j.is_terminal)
+    assert job.phase == "Cancelled"
+    deadline = time.monotonic() + 15  # grace 5 s, then SIGTERM (ignored), then SIGKILL
+    while time.monotonic() < deadline and [pid for pid in started if group_alive(pid)]:
+        time.sleep(0.2)
+    assert not [pid for pid in started if group_alive(pid)]
+    assert marker.read_text() == "yes"
+
+
+@pytest.mark.django_db
+def test_more_gpus_than_exist_waits_with_the_reason(local, tenant_a, monkeypatch):
+    monkeypatch.setenv("GRYVIA_LOCAL_GPUS", "2")
+    job = make_job(tenant_a, "greedy", gpus=4, distributed={"enabled": False})
+    job = drive(job, lambda j: j.reason == "InsufficientGPUs", timeout=10)
+    assert job.phase == "Pending" and job.message == "waiting for 4 nvidia.com/gpu: 2 of 2 free"
+    assert job_pods(job) == []
+    fits = make_job(
+        tenant_a,
+        "fits",
+        gpus=2,
+        distributed={"enabled": False},
+        command=["python3", "-c", "import os; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])"],
+    )
+    fits = drive(fits, lambda j: j.is_terminal)
+    assert fits.phase == "Succeeded" and "[0] gpus 0,1" in job_logs(fits)
+
+
+@pytest.mark.django_db
+def test_elastic_resize_changes_the_live_process_count(local, tenant_a):
+    job = make_job(
+        tenant_a,
+        "elastic",
+        command=["python3", "-c", "import time; time.sleep(120)"],
+        distributed={"enabled": True, "nodes": 2, "elastic": {"minNodes": 1}},
+    )
+    job = drive(job, lambda j: j.phase == "Running" and len(live_pids(j)) == 2)
+    for nodes in (1, 2):
+        services.job_resize(actor=ACTOR, job=job, nodes=nodes)
+        job = drive(job, lambda j, n=nodes: j.current_nodes == n and len(live_pids(j)) == n, timeout=30)
+        assert job.typed_spec.desired_nodes == nodes
+    assert {c["type"] for c in job.conditions} >= {"Resized"}
+    services.job_cancel(actor=ACTOR, job=job)
+    drive(job, lambda j: j.is_terminal)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_rank_restarts_the_group_which_resumes_from_the_last_commit(local, tenant_a, live_server, settings):
+    settings.GRYVIA_INTERNAL_API_URL = live_server.url  # the trainers report their commits here
+    job = services.job_create(
+        actor=ACTOR,
+        tenant=tenant_a,
+        name="ddp",
+        spec={
+            "type": "training",
+            "image": "pytorch",
+            "distributed": {"enabled": True, "nodes": 2, "backend": "gloo"},
+            "retryLimit": 1,
+            "timeout": "5m",
+            "storage": "standard",
+            "checkpoint": {"dir": "/data/checkpoints", "interval": 5, "preStopGraceSeconds": 10},
+            "command": ["python3", "-m", "examples.training.ddp", "--steps", "60", "--step-sleep", "0.1"],
+        },
+    )
+    job = drive(job, lambda j: (j.last_checkpoint_step or 0) >= 10, timeout=120)
+    committed_at_kill = job.last_checkpoint_step
+    victim = next(
+        p for p in job_pods(job) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"
+    )
+    os.killpg(int(victim["metadata"]["annotations"][PID]), signal.SIGKILL)
+    job = drive(job, lambda j: j.is_terminal, timeout=180)
+    assert job.phase == "Succeeded", job.message
+    assert job.attempts == 2 and job.restarts == {"0": 1, "1": 1}
+    text = job_logs(job)
+    resumed = [int(s) for s in re.findall(r"rank 0 resumed from step (\d+)", text)]
+    assert resumed and resumed[0] >= committed_at_kill > 0  # not from zero
+    losses = [float(x) for x in re.findall(r"\[0\] rank 0 step \d+ loss ([0-9.]+)", text)]
+    assert losses[-1] < losses[0]
+    assert "rank 0 done step 60" in text and "rank 1 done step 60" in text
+    assert job.last_checkpoint_step == 60
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_the_inference_example_serves_http(local, tenant_a):
+    job = services.job_create(
+        actor=ACTOR,
+        tenant=tenant_a,
+        name="serve",
+        spec={
+            "type": "inference",
+            "image": "pytorch",
+            "port": 8000,
+            "command": ["python3", "-m", "examples.training.serve"],
+        },
+    )
+    job = drive(job, lambda j: j.phase == "Running" and j.endpoint, timeout=60)
+    assert job.endpoint.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(f"{job.endpoint}/healthz", timeout=5) as response:
+        assert json.load(response)["status"] == "ok"
+    request = urllib.request.Request(
+        f"{job.endpoint}/predict",
+        data=json.dumps({"x": [0.1] * 8}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert len(json.load(response)["y"]) == 1
+    services.job_cancel(actor=ACTOR, job=job)
+    job = drive(job, lambda j: j.is_terminal)
+    assert job.phase == "Cancelled"
