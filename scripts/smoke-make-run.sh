@@ -7,6 +7,43 @@ cd "$(dirname "$0")/.."
 port=${SMOKE_PORT:-8765}
 fail() { echo "smoke-make-run: FAIL: $*" >&2; exit 1; }
 
+gryvia=.venv/bin/gryvia
+
+# The hello manifest and the DDP example reach Succeeded; logs stream; the DDP loss goes down.
+jobs_run() {
+  local data=$1
+  $gryvia jobs submit -f examples/training/hello.yaml --wait >"$data/hello.out" 2>&1 || { cat "$data/hello.out"; fail "hello"; }
+  $gryvia jobs logs hello -f >"$data/hello.log" || fail "hello logs"
+  grep -qx '\[0\] rank 0 world 2' "$data/hello.log" && grep -qx '\[1\] rank 1 world 2' "$data/hello.log" \
+    || { cat "$data/hello.log"; fail "hello logs lack the ranks"; }
+  $gryvia jobs submit -f examples/training/ddp.yaml -F >"$data/ddp.log" 2>&1 || { tail -30 "$data/ddp.log"; fail "ddp"; }
+  python3 - "$data/ddp.log" <<'PY' || fail "ddp loss did not go down"
+import re, sys
+text = open(sys.argv[1]).read()
+losses = [float(x) for x in re.findall(r"\[0\] rank 0 step \d+ loss ([0-9.]+)", text)]
+assert "rank 1 done step 40" in text and len(losses) > 10 and losses[-1] < losses[0] / 2, losses
+print(f"smoke-make-run: ddp loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} logged steps")
+PY
+  echo "smoke-make-run: hello and ddp Succeeded; logs -f streamed both ranks"
+}
+
+# A job still running when Gryvia stops must not outlive it.
+long_job() {
+  local data=$1
+  cat >"$data/long.yaml" <<YAML
+apiVersion: gryvia.io/v1alpha1
+kind: GryviaAIJob
+metadata: {name: long}
+spec:
+  type: training
+  image: python:3.11-slim
+  command: ["python3", "-c", "import os, time; open('$data/long.pid', 'w').write(str(os.getpid())); time.sleep(600)"]
+YAML
+  $gryvia jobs submit -f "$data/long.yaml" >/dev/null || fail "long job"
+  for _ in $(seq 1 60); do [ -s "$data/long.pid" ] && break; sleep 0.5; done
+  [ -s "$data/long.pid" ] || fail "long job did not start"
+}
+
 one_run() {
   local signal=$1 target=$2 data
   data=$(mktemp -d)
@@ -22,6 +59,10 @@ one_run() {
   curl -fsS "http://127.0.0.1:$port/static/admin/css/base.css" | grep -q "body" || fail "admin stylesheet"
   grep -q "demo API key" "$data/run.log" || fail "first-start credentials not printed"
   [ "$(stat -c %a "$data/demo-credentials.json")" = 600 ] || fail "credentials file mode"
+  export GRYVIA_URL="http://127.0.0.1:$port" GRYVIA_CONFIG="$data/cli.json"
+  GRYVIA_API_KEY=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['api_key'])" "$data/demo-credentials.json")
+  export GRYVIA_API_KEY
+  if [ "$signal" = INT ]; then jobs_run "$data"; else long_job "$data"; fi
   if [ "$target" = group ]; then kill -"$signal" -- -"$leader"; else kill -"$signal" "$leader"; fi
   for _ in $(seq 1 40); do
     pgrep -g "$leader" >/dev/null 2>&1 || break
@@ -32,6 +73,7 @@ one_run() {
     fail "processes left after SIG$signal"
   fi
   if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then fail "port $port still served"; fi
+  if [ -s "$data/long.pid" ] && kill -0 "$(cat "$data/long.pid")" 2>/dev/null; then fail "a job process outlived Gryvia"; fi
   echo "smoke-make-run: SIG$signal to $target: healthz 200, admin login 200, no process left"
   rm -rf "$data"
 }

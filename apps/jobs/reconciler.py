@@ -28,6 +28,7 @@ from apps.cluster.backends.base import (
     STATEFUL_SET,
     ClusterBackend,
     ObjectRef,
+    object_key,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
@@ -106,20 +107,27 @@ class JobReconciler(OwnerReconciler[Job]):
 
     # -- desired state ------------------------------------------------------------------------------------------
 
-    def _keeps_pvc(self, job: Job) -> bool:
-        ttl = job.spec.get("ttlSecondsAfterFinished")
-        if not job.spec.get("storage"):
+    def _expired(self, job: Job) -> bool:
+        """A finished job's objects are collected `ttlSecondsAfterFinished` (default GRYVIA_JOB_TTL_S) after its end."""
+        if not job.is_terminal or job.completion_time is None:
             return False
-        if not job.is_terminal or ttl is None or job.completion_time is None:
-            return True
-        return timezone.now() < job.completion_time + dt.timedelta(seconds=int(ttl))
+        ttl = job.spec.get("ttlSecondsAfterFinished")
+        ttl = settings.GRYVIA_JOB_TTL_S if ttl is None else int(ttl)
+        return timezone.now() >= job.completion_time + dt.timedelta(seconds=ttl)
 
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
         common = {"name": owner.name, "namespace": ns, "uid": str(owner.uid), "tenant": tenant}
+        api_url = settings.GRYVIA_INTERNAL_API_URL
         pvc = manifests.data_pvc(spec, **common)
-        keep = [pvc] if pvc is not None and self._keeps_pvc(owner) else []
+        keep = [pvc] if pvc is not None else []
         if owner.is_terminal or owner.cancel_requested_at is not None:
+            if self._expired(owner):
+                return []
+            if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+                # Finished on its own: the workload (and its pods' logs) stay until the TTL, never re-created.
+                done = [manifests.workload(spec, api_url=api_url, **common), manifests.headless_service(spec, **common)]
+                keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
         if not has_workload and spec.total_gpus > self.gpu_free:
@@ -127,7 +135,6 @@ class JobReconciler(OwnerReconciler[Job]):
                 f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: {self.gpu_free} of {self.gpu_total} free"
             )
             return keep
-        api_url = settings.GRYVIA_INTERNAL_API_URL
         return [
             *keep,
             manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
@@ -229,7 +236,7 @@ class JobReconciler(OwnerReconciler[Job]):
 
     def _apply_observed(self, job: Job, seen: Observed, now: dt.datetime) -> None:
         if seen.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
-            self._finish(job, seen.phase, seen.reason or seen.phase, seen.message, now, seen=seen)
+            self._finish(job, seen.phase, seen.reason, seen.message, now, seen=seen)
             return
         changes: dict[str, Any] = {
             "phase": seen.phase,
@@ -290,12 +297,11 @@ class JobReconciler(OwnerReconciler[Job]):
             if job.start_time is None:
                 changes["start_time"] = _ts(seen.start_time) or now
         changes["conditions"] = set_condition(
-            job.conditions, type="Ready", status=False, reason=reason, message=message, now=now
+            job.conditions, type="Ready", status=False, reason=reason or phase, message=message, now=now
         )
         api_key_revoke_bound(bound_to=f"job:{job.uid}")
-        self._update(
-            job, events=[(reason, message or phase, "Warning" if phase == JobPhase.FAILED else "Normal")], **changes
-        )
+        kind = "Warning" if phase == JobPhase.FAILED else "Normal"
+        self._update(job, events=[(phase, message or reason or phase, kind)], **changes)
 
     def _update(self, job: Job, *, events: list[tuple[str, str, str]] | None = None, **changes: Any) -> None:
         """Write changed status fields (never over a terminal phase), then record the events."""

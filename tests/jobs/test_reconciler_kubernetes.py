@@ -108,9 +108,16 @@ def test_driving_job_status_moves_the_phase_to_succeeded(cluster, kube, tenant_a
     assert job.phase == "Succeeded" and job.completion_time.isoformat().startswith("2026-12-02T10:05")
     reasons = list(JobEvent.objects.filter(job=job).values_list("reason", flat=True))
     assert reasons == ["Submitted", "Scheduled", "Running", "Succeeded"]
-    # Terminal is terminal: the workload and token go; nothing is written again.
+    # Terminal is terminal. The token goes; the finished Job (and its pods' logs) stays until the TTL.
     reconcile_jobs(kube)
-    assert cluster.stored(JOB, "ok", NS) is None and cluster.stored(SECRET, "ok-token", NS) is None
+    assert cluster.stored(SECRET, "ok-token", NS) is None and cluster.stored(JOB, "ok", NS) is not None
+    cluster.clear_requests()
+    reconcile_jobs(kube)
+    assert _writes(cluster) == []
+    Job.all_tenants.filter(pk=job.pk).update(completion_time=job.completion_time - dt.timedelta(days=8))
+    reconcile_jobs(kube)
+    reconcile_jobs(kube)
+    assert cluster.stored(JOB, "ok", NS) is None and cluster.stored(SERVICE, "ok-headless", NS) is None
     job.refresh_from_db()
     assert job.finalized and job.phase == "Succeeded"
 

@@ -7,10 +7,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status
 from rest_framework.decorators import action
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.api.errors import service_errors
+from apps.core.api.renderers import PlainTextRenderer
 from apps.core.api.viewsets import TenantScopedViewSet
 from apps.core.scopes import JOBS_REPORT
 
@@ -97,7 +99,7 @@ class JobViewSet(
         ],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=[PlainTextRenderer, JSONRenderer])
     def logs(self, request: Request, *args, **kwargs) -> HttpResponse:
         job = self.get_object()
         index = _int_param(request, "index")

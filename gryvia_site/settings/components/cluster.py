@@ -14,3 +14,6 @@ GRYVIA_KUBE_TIMEOUT_S = float(env_str("GRYVIA_KUBE_TIMEOUT_S", "10"))
 # Reconcile passes are bounded by count and by time.
 GRYVIA_RECONCILE_MAX_PER_PASS = env_int("GRYVIA_RECONCILE_MAX_PER_PASS", 500)
 GRYVIA_RECONCILE_BUDGET_S = float(env_str("GRYVIA_RECONCILE_BUDGET_S", "15"))
+# How long a finished job keeps its workload (and pod logs), Service and PVC when its spec sets no
+# ttlSecondsAfterFinished.
+GRYVIA_JOB_TTL_S = env_int("GRYVIA_JOB_TTL_S", 7 * 86400)

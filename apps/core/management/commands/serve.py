@@ -5,6 +5,7 @@ ends the workload processes it runs once the jobs issue lands).
 """
 
 import logging
+import signal
 
 import uvicorn
 from django.conf import settings
@@ -35,6 +36,10 @@ class Command(BaseCommand):
             log_level="info",
             timeout_graceful_shutdown=10,
         )
+        # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM action that
+        # would end this process before the cleanup below. Quiet handlers let the cleanup run first.
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGINT, lambda *_: None)
         try:
             uvicorn.Server(config).run()
         finally:
