@@ -64,6 +64,7 @@ class JobReconciler(OwnerReconciler[Job]):
         super().__init__(backend, **kw)
         self.gpu_total = 0
         self.gpu_free = 0
+        self.gpu_simulated = False
         self.lost_nodes: dict[str, dt.datetime] = {}
         self.waiting: dict[int, str] = {}
 
@@ -72,8 +73,11 @@ class JobReconciler(OwnerReconciler[Job]):
     def begin_pass(self) -> None:
         total, now = 0, timezone.now()
         self.lost_nodes = {}
+        self.gpu_simulated = False
         for node in self.backend.list(NODE):
             status = node.get("status") or {}
+            if _labels(node).get("gryvia.io/simulated-gpus") == "true":
+                self.gpu_simulated = True
             ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
             if ready is not None and ready.get("status") != "True":
                 since = _ts(ready.get("lastTransitionTime")) or now
@@ -131,8 +135,10 @@ class JobReconciler(OwnerReconciler[Job]):
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
         if not has_workload and spec.total_gpus > self.gpu_free:
+            simulated = " simulated" if self.gpu_simulated else ""
             self.waiting[owner.pk] = (
-                f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: {self.gpu_free} of {self.gpu_total} free"
+                f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: "
+                f"{self.gpu_free} of {self.gpu_total}{simulated} free"
             )
             return keep
         return [
@@ -248,6 +254,7 @@ class JobReconciler(OwnerReconciler[Job]):
             "allocated_nodes": seen.allocated_nodes,
             "endpoint": seen.endpoint,
             "gpus_allocated": job.typed_spec.gpus_per_pod * max(seen.current_nodes, 1),
+            "gpus_simulated": bool(job.typed_spec.gpus_per_pod) and self.gpu_simulated,
         }
         if seen.phase == JobPhase.RUNNING:
             changes["message"] = ""

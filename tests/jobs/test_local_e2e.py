@@ -121,7 +121,7 @@ def test_more_gpus_than_exist_waits_with_the_reason(local, tenant_a, monkeypatch
     monkeypatch.setenv("GRYVIA_LOCAL_GPUS", "2")
     job = make_job(tenant_a, "greedy", gpus=4, distributed={"enabled": False})
     job = drive(job, lambda j: j.reason == "InsufficientGPUs", timeout=10)
-    assert job.phase == "Pending" and job.message == "waiting for 4 nvidia.com/gpu: 2 of 2 free"
+    assert job.phase == "Pending" and job.message == "waiting for 4 nvidia.com/gpu: 2 of 2 simulated free"
     assert job_pods(job) == []
     fits = make_job(
         tenant_a,
@@ -132,6 +132,7 @@ def test_more_gpus_than_exist_waits_with_the_reason(local, tenant_a, monkeypatch
     )
     fits = drive(fits, lambda j: j.is_terminal)
     assert fits.phase == "Succeeded" and "[0] gpus 0,1" in job_logs(fits)
+    assert fits.gpus_simulated  # shown as simulated wherever the job is shown
 
 
 @pytest.mark.django_db

@@ -86,6 +86,7 @@ class JobSerializer(serializers.ModelSerializer):
                 "readyNodes": job.ready_nodes,
                 "desiredNodes": job.typed_spec.desired_nodes,
                 "gpusAllocated": job.gpus_allocated,
+                "gpusSimulated": job.gpus_simulated,
                 "endpoint": job.endpoint,
                 "lastCheckpointStep": job.last_checkpoint_step,
                 "lastCheckpointTime": iso(job.last_checkpoint_at),

@@ -36,6 +36,7 @@ class Job(TenantOwnedModel):
     current_nodes = models.PositiveIntegerField(default=0)
     ready_nodes = models.PositiveIntegerField(default=0)
     gpus_allocated = models.PositiveIntegerField(default=0)
+    gpus_simulated = models.BooleanField(default=False, help_text="its GPUs are declared by GRYVIA_LOCAL_GPUS")
     endpoint = models.CharField(max_length=300, blank=True, default="")
     last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)

@@ -87,6 +87,9 @@ if PRODUCTION:
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 # Object kinds a websocket client may subscribe to, each with the function that checks access to one object.
-GRYVIA_WS_OBJECT_KINDS = {"api_key": "apps.tenants.selectors.api_key_visible"}
+GRYVIA_WS_OBJECT_KINDS = {
+    "api_key": "apps.tenants.selectors.api_key_visible",
+    "job": "apps.jobs.selectors.job_visible",
+}
 # The scope a websocket subscriber needs to receive events about each kind (unlisted: any access to the tenant).
-GRYVIA_EVENT_READ_SCOPES = {"api_key": "keys:read", "membership": None, "tenant": None}
+GRYVIA_EVENT_READ_SCOPES = {"api_key": "keys:read", "job": "jobs:read", "membership": None, "tenant": None}
