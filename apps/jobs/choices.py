@@ -46,6 +46,9 @@ RESERVED_ENV = frozenset(
         "NPROC_PER_NODE",
         "JOB_COMPLETION_INDEX",
         "CUDA_VISIBLE_DEVICES",
+        "PORT",
+        "NCCL_DEBUG",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
     }
 )
 RESERVED_ENV_PREFIXES = ("PET_", "GRYVIA_")

@@ -93,7 +93,10 @@ def pod_template(
         pod_spec["volumes"] = volumes
     checkpoint = spec.checkpoint
     if checkpoint:
-        container["lifecycle"] = {"preStop": {"exec": {"command": PRESTOP_COMMAND}}}
+        grace = int(checkpoint["preStopGraceSeconds"])
+        # The hook waits for the trainer's ack a little less than the grace, so shutdown still fits in it.
+        command = [*PRESTOP_COMMAND, "--timeout", str(max(grace - 5, 1))]
+        container["lifecycle"] = {"preStop": {"exec": {"command": command}}}
         pod_spec["terminationGracePeriodSeconds"] = int(checkpoint["preStopGraceSeconds"])
     if spec.type == "inference":
         port = int(spec.raw.get("port") or 8000)

@@ -134,7 +134,9 @@ class JobReconciler(OwnerReconciler[Job]):
                 keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
-        if not has_workload and spec.total_gpus > self.gpu_free:
+        if not has_workload and spec.total_gpus and spec.total_gpus <= self.gpu_free:
+            self.gpu_free -= spec.total_gpus  # taken now: later jobs in this pass see what is left
+        elif not has_workload and spec.total_gpus > self.gpu_free:
             simulated = " simulated" if self.gpu_simulated else ""
             self.waiting[owner.pk] = (
                 f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: "
@@ -192,6 +194,13 @@ class JobReconciler(OwnerReconciler[Job]):
                 Job.all_tenants.filter(pk=job.pk).update(finalized=True)
             return
         if job.cancel_requested_at is not None:
+            stopping = [
+                p for p in observed.get("Pod", []) if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+            ]
+            if stopping:  # checkpoint request, grace period, then the pods go; the token works until they have
+                message = f"waiting for {len(stopping)} pod(s) to stop (checkpoint request, then the grace period)"
+                self._update(job, reason="Cancelling", message=message)
+                return
             self._finish(job, JobPhase.CANCELLED, "Cancelled", "cancelled by request", now)
             return
         workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
@@ -271,7 +280,7 @@ class JobReconciler(OwnerReconciler[Job]):
         )
         events = []
         if seen.attempts > max(job.attempts, 1):
-            events.append(("Restarted", f"attempt {seen.attempts}: the group restarted after a rank failed", "Warning"))
+            events.append(("Restarted", f"attempt {seen.attempts} after a pod failed", "Warning"))
         if job.current_nodes and seen.current_nodes != job.current_nodes:
             verb = "Grown" if seen.current_nodes > job.current_nodes else "Shrunk"
             events.append(("Resized", f"{verb}: {job.current_nodes} -> {seen.current_nodes} nodes", "Normal"))

@@ -141,7 +141,7 @@ def test_job_manifest_details():
     assert pod["nodeSelector"] == {"zone": "a", "gryvia.io/gpu": "H100"}
     assert pod["terminationGracePeriodSeconds"] == 120
     container = pod["containers"][0]
-    assert container["lifecycle"]["preStop"]["exec"]["command"] == manifests.PRESTOP_COMMAND
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [*manifests.PRESTOP_COMMAND, "--timeout", "115"]
     env = _env(job)
     assert env["EPOCHS"] == "3" and env["GRYVIA_CHECKPOINT_DIR"] == "/data/ckpt"
     assert env["GRYVIA_JOB_TOKEN"] == {"secretKeyRef": {"name": "train-token", "key": "token"}}

@@ -32,8 +32,8 @@ class JobInputSerializer(serializers.Serializer):
             if not isinstance(metadata, dict):
                 errors["metadata"] = ["must be a mapping with a name"]
                 metadata = {}
-            for key in sorted(set(metadata) - {"name", "labels", "annotations"}):
-                errors[f"metadata.{key}"] = ["unknown field"]
+            for key in sorted(set(metadata) - {"name"}):  # labels/annotations would be dropped: say so instead
+                errors[f"metadata.{key}"] = ["unknown field (a job's metadata has only a name)"]
             name = metadata.get("name")
             field = "metadata.name"
         else:
