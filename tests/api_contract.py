@@ -13,7 +13,12 @@ from typing import Any
 
 from django.db import models
 
-ENDPOINT_MODULES = ["tests.core.endpoints", "tests.tenants.endpoints", "tests.jobs.endpoints"]
+ENDPOINT_MODULES = [
+    "tests.core.endpoints",
+    "tests.tenants.endpoints",
+    "tests.jobs.endpoints",
+    "tests.queueing.endpoints",
+]
 
 
 @dataclass

@@ -324,7 +324,7 @@ def test_ddp_manifest_wires_the_checkpoint_contract_to_the_example() -> None:
     assert env["WORLD_SIZE"] == "2" and "RANK" in env
     assert container["command"] == ["python3", "-m", "examples.training.ddp", "--steps", "40"]
     prestop = container["lifecycle"]["preStop"]["exec"]["command"]
-    assert prestop == ["python3", "-m", "gryvia_trainer.request_checkpoint"]
+    assert prestop == ["python3", "-m", "gryvia_trainer.request_checkpoint", "--timeout", "25"]  # grace 30 - 5
     assert job["spec"]["backoffLimit"] == 2
     assert (REPO / "gryvia_trainer" / "request_checkpoint.py").exists()
 

@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "apps.tenants",
     "apps.cluster",
     "apps.jobs",
+    "apps.queueing",
     "apps.billing",
     "apps.llm",
 ]
@@ -92,4 +93,11 @@ GRYVIA_WS_OBJECT_KINDS = {
     "job": "apps.jobs.selectors.job_visible",
 }
 # The scope a websocket subscriber needs to receive events about each kind (unlisted: any access to the tenant).
-GRYVIA_EVENT_READ_SCOPES = {"api_key": "keys:read", "job": "jobs:read", "membership": None, "tenant": None}
+GRYVIA_EVENT_READ_SCOPES = {
+    "api_key": "keys:read",
+    "job": "jobs:read",
+    "queue": "queues:read",
+    "reservation": "queues:read",
+    "membership": None,
+    "tenant": None,
+}

@@ -1,0 +1,133 @@
+"""Queues, cohorts, priority classes and GPU reservations.
+
+Spec fields are desired state and change through `apps.queueing.services` only (audited); `status_*` fields of
+a queue are written by the admission cycle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from apps.core.models import TenantOwnedModel, TimestampedModel
+from apps.tenants.models.tenant import DNS_LABEL
+
+GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+RESOURCES = (GPU, CPU, MEMORY)
+PRIORITY_MIN = -1_000_000_000
+PRIORITY_MAX = 1_000_000_000
+
+
+class Cohort(TimestampedModel):
+    """A platform-level group of queues (any tenants') that lend their idle quota to each other.
+
+    A queue may borrow from its cohort up to its `borrowingLimit`, and lends at most its `lendingLimit`.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[DNS_LABEL])
+    description = models.TextField(blank=True, default="")
+
+    AUDIT_FIELDS = ("name", "description")
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(TenantOwnedModel):
+    """A tenant's queue: its nominal quota per resource and GPU flavor, its fair-share weight and its cohort.
+
+    `quotas` is a list of `{"resource", "flavor", "nominal", "borrowingLimit", "lendingLimit"}` (limits null:
+    unlimited), normalized by the service. A tenant with no queues has an implicit `default` queue (not a row).
+    `generation` increments on every spec change; `status_*` is the admission cycle's last view of the queue.
+    """
+
+    name = models.CharField(max_length=63, validators=[DNS_LABEL])
+    cohort = models.ForeignKey(Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="queues")
+    weight = models.FloatField(default=1.0, help_text="Fair-share weight, greater than 0")
+    quotas = models.JSONField(default=list, blank=True)
+    generation = models.PositiveBigIntegerField(default=1)
+
+    status_admitted = models.JSONField(default=dict, blank=True, help_text="resource key -> quantity in use")
+    status_pending = models.PositiveIntegerField(default=0, help_text="workloads waiting for admission")
+    status_updated_at = models.DateTimeField(null=True, blank=True)
+
+    AUDIT_FIELDS = ("name", "cohort_name", "weight", "quotas")
+
+    class Meta(TenantOwnedModel.Meta):
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="queue_unique_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def cohort_name(self) -> str:
+        return self.cohort.name if self.cohort_id else ""
+
+
+class PreemptionPolicy(models.TextChoices):
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+class PriorityClass(TimestampedModel):
+    """A platform-level priority for workloads: higher `value` admits first and may preempt lower ones.
+
+    At most one class is the default (`is_default`), given to workloads that name none.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[DNS_LABEL])
+    value = models.IntegerField(validators=[MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)])
+    preemption_policy = models.CharField(
+        max_length=30, choices=PreemptionPolicy.choices, default=PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    )
+    description = models.TextField(blank=True, default="")
+    is_default = models.BooleanField(default=False)
+
+    AUDIT_FIELDS = ("name", "value", "preemption_policy", "description", "is_default")
+
+    class Meta:
+        ordering = ("-value", "name")
+        verbose_name_plural = "priority classes"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"], condition=models.Q(is_default=True), name="priorityclass_single_default"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
+
+
+class Reservation(TenantOwnedModel):
+    """`count` GPUs of `gpu_type` held for one tenant from `start_at` to `end_at`; set by platform staff."""
+
+    gpu_type = models.CharField(max_length=63, help_text="GPU type label value, e.g. H100")
+    count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    start_at = models.DateTimeField(db_index=True)
+    end_at = models.DateTimeField(db_index=True)
+    description = models.TextField(blank=True, default="")
+
+    AUDIT_FIELDS = ("gpu_type", "count", "start_at", "end_at", "description")
+
+    class Meta(TenantOwnedModel.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(end_at__gt=models.F("start_at")), name="reservation_end_after_start"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.count}x {self.gpu_type} {self.start_at:%Y-%m-%d %H:%M}..{self.end_at:%Y-%m-%d %H:%M}"
+
+    def is_active(self, now: dt.datetime | None = None) -> bool:
+        """Whether the reservation holds its GPUs at `now` (default: the current time); the end is exclusive."""
+        now = now or timezone.now()
+        return self.start_at <= now < self.end_at

@@ -1,0 +1,66 @@
+"""Read access to queues, priority classes and reservations, and queues' quota as flat resource vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from .models import CPU, MEMORY, PriorityClass, Queue, Reservation
+from .quantities import cpu_millicores, memory_bytes
+
+UNLIMITED = math.inf
+
+
+def resource_key(resource: str, flavor: str = "") -> str:
+    """`nvidia.com/gpu` for untyped GPU quota, `nvidia.com/gpu:H100` for a flavor, else the resource name."""
+    return f"{resource}:{flavor}" if flavor else resource
+
+
+def resource_amount(resource: str, value: int | str) -> int:
+    """A quota amount in the resource's base unit: GPUs as a count, cpu in millicores, memory in bytes."""
+    if resource == CPU:
+        return cpu_millicores(value)
+    if resource == MEMORY:
+        return memory_bytes(value)
+    return int(value)
+
+
+@dataclass(frozen=True)
+class QuotaVector:
+    """A queue's quota by resource key. An unlimited borrowing or lending limit is `math.inf`."""
+
+    nominal: dict[str, int] = field(default_factory=dict)
+    borrowing_limit: dict[str, int | float] = field(default_factory=dict)
+    lending_limit: dict[str, int | float] = field(default_factory=dict)
+
+
+def queues_of_tenant(tenant_id: int) -> QuerySet[Queue]:
+    """The tenant's queues by name (an empty result means the implicit `default` queue)."""
+    return Queue.all_tenants.filter(tenant_id=tenant_id).select_related("cohort").order_by("name")
+
+
+def queue_quota_vector(queue: Queue) -> QuotaVector:
+    """`queue.quotas` as flat mappings: {"nvidia.com/gpu:H100": 8, "cpu": 64000, "memory": 274877906944}."""
+    vector = QuotaVector()
+    for entry in queue.quotas or []:
+        resource = entry["resource"]
+        key = resource_key(resource, entry.get("flavor") or "")
+        vector.nominal[key] = resource_amount(resource, entry["nominal"])
+        for name, out in (("borrowingLimit", vector.borrowing_limit), ("lendingLimit", vector.lending_limit)):
+            limit = entry.get(name)
+            out[key] = UNLIMITED if limit is None else resource_amount(resource, limit)
+    return vector
+
+
+def priority_class_default() -> PriorityClass | None:
+    return PriorityClass.objects.filter(is_default=True).first()
+
+
+def reservations_active(tenant_id: int, now: dt.datetime | None = None) -> QuerySet[Reservation]:
+    """The tenant's reservations holding GPUs at `now` (default: the current time)."""
+    now = now or timezone.now()
+    return Reservation.all_tenants.filter(tenant_id=tenant_id, start_at__lte=now, end_at__gt=now).order_by("start_at")
