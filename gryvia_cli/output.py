@@ -108,7 +108,7 @@ def when(value: Any, now: datetime | None = None) -> str:
 
 # -- jobs ------------------------------------------------------------------------------------------------
 
-JOB_COLUMNS = ("NAME", "TYPE", "PHASE", "NODES", "GPUS", "AGE", "REASON")
+JOB_COLUMNS = ("NAME", "TYPE", "PHASE", "QUEUE", "POSITION", "NODES", "GPUS", "AGE", "REASON")
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -142,6 +142,8 @@ def job_row(job: dict[str, Any], now: datetime | None = None) -> list[Any]:
         _get(job, "metadata", "name"),
         _get(job, "spec", "type"),
         status.get("phase"),
+        status.get("queueName") or _get(job, "spec", "queueName") or "default",
+        f"{status['queuePosition']}/{status.get('queueLength')}" if status.get("queuePosition") else "-",
         job_nodes(job),
         status.get("gpusAllocated") if status.get("gpusAllocated") is not None else 0,
         age(_get(job, "metadata", "creationTimestamp"), now),

@@ -9,8 +9,8 @@ capacity, and applies the decisions. Rules, in the spirit of Kueue's ClusterQueu
   it asks for, its queue has room within its nominal quota, or can borrow what the other queues of its cohort
   lend (within its borrowing limit and their lending limits), the tenant stays within its ceilings, and the
   cluster has the GPUs free.
-* A job that could never fit (more than its queue could ever get, borrowing included, more than the tenant's
-  ceiling, or more than the cluster has) is rejected with the reason.
+* A job that could never fit (more than its queue could ever get, borrowing included, or more than the tenant's
+  ceiling) is rejected with the reason. More than the cluster has now only waits: nodes may be added.
 * Every other waiting job gets its position in its queue and a reason naming the missing resource and the queue.
 
 Resource keys: `nvidia.com/gpu` (all GPUs), `nvidia.com/gpu:<TYPE>` (GPUs of one type), `cpu` (millicores),
@@ -190,9 +190,6 @@ def _never_fits(state: _State, demand: Demand, queue: QueueQuota) -> str | None:
         ceiling = state.ceilings.get(demand.tenant_id, {}).get(resource)
         if ceiling is not None and amount > ceiling:
             return f"asks for {_describe(resource, amount)} but the tenant's ceiling is {_describe(resource, ceiling)}"
-        if resource in state.capacity and amount > state.capacity[resource]:
-            has = _describe(resource, state.capacity[resource])
-            return f"asks for {_describe(resource, amount)} but the cluster has {has}"
     return None
 
 
@@ -224,8 +221,22 @@ def _missing(state: _State, demand: Demand, queue: QueueQuota) -> tuple[str | No
         if ceiling is not None and state.tenant_used[demand.tenant_id].get(resource, 0) + amount > ceiling:
             return f"waiting for {_describe(resource, amount)} within the tenant's ceiling", False, False
         if resource in state.free and amount > state.free[resource]:
+            if amount > state.capacity[resource]:  # nodes may still be added: wait, never reject for this
+                has = _describe(resource, state.capacity[resource])
+                return f"waiting for {_describe(resource, amount)}: the cluster has {has}", False, False
             return f"waiting for {_describe(resource, amount)} free in the cluster", False, True
     return None, borrowing, False
+
+
+def _reason(missing: str | None) -> str:
+    """A short machine-readable reason for a waiting job, from what it misses."""
+    if missing is None:
+        return "WaitingForJobsAhead"
+    if "the cluster" in missing:
+        return "InsufficientGPUs" if GPU in missing else "InsufficientCapacity"
+    if "tenant's ceiling" in missing:
+        return "TenantCeiling"
+    return "WaitingForQuota"
 
 
 def admit(
@@ -286,7 +297,7 @@ def admit(
             missing, _, _ = _missing(state, demand, queue)
             message = f"{missing or 'waiting for jobs ahead of it'}; position {position} of {len(demands)}"
             decisions[demand.job_id] = Decision(
-                demand.job_id, "wait", "Queued", message, position=position, queue_length=len(demands)
+                demand.job_id, "wait", _reason(missing), message, position=position, queue_length=len(demands)
             )
     for job_id, reason in rejected.items():
         decisions[job_id] = Decision(job_id, "reject", "NeverFits", reason)

@@ -34,8 +34,9 @@ from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound
 
+from . import admission_inputs, manifests, selectors, services
 from . import choices as C
-from . import manifests, selectors, services
+from .admission import GPU, Decision, admit
 from .choices import JobPhase
 from .models import Job
 from .status import Observed, from_batch_job, from_stateful_set, set_condition
@@ -63,10 +64,9 @@ class JobReconciler(OwnerReconciler[Job]):
     def __init__(self, backend: ClusterBackend, **kw: Any) -> None:
         super().__init__(backend, **kw)
         self.gpu_total = 0
-        self.gpu_free = 0
         self.gpu_simulated = False
         self.lost_nodes: dict[str, dt.datetime] = {}
-        self.waiting: dict[int, str] = {}
+        self.decisions: dict[int, Decision] = {}
 
     # -- pass-wide state ----------------------------------------------------------------------------------------
 
@@ -86,8 +86,18 @@ class JobReconciler(OwnerReconciler[Job]):
                 continue
             total += int((status.get("allocatable") or {}).get(manifests.GPU_RESOURCE) or 0)
         self.gpu_total = total
-        self.gpu_free = max(total - selectors.gpus_in_use(), 0)
-        self.waiting = {}
+        waiting = admission_inputs.waiting_jobs()
+        held = admission_inputs.holding_jobs()
+        self.decisions = {
+            d.job_id: d
+            for d in admit(
+                waiting=admission_inputs.demands(waiting),
+                holdings=admission_inputs.holdings(held),
+                queues=admission_inputs.queue_quotas(),
+                ceilings=admission_inputs.tenant_ceilings(),
+                capacity={GPU: total},
+            )
+        }
 
     # -- owners -------------------------------------------------------------------------------------------------
 
@@ -134,15 +144,9 @@ class JobReconciler(OwnerReconciler[Job]):
                 keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
-        if not has_workload and spec.total_gpus and spec.total_gpus <= self.gpu_free:
-            self.gpu_free -= spec.total_gpus  # taken now: later jobs in this pass see what is left
-        elif not has_workload and spec.total_gpus > self.gpu_free:
-            simulated = " simulated" if self.gpu_simulated else ""
-            self.waiting[owner.pk] = (
-                f"waiting for {spec.total_gpus} {manifests.GPU_RESOURCE}: "
-                f"{self.gpu_free} of {self.gpu_total}{simulated} free"
-            )
-            return keep
+        decision = self.decisions.get(owner.pk)
+        if not has_workload and (decision is None or decision.outcome != "admit"):
+            return keep  # waiting in its queue (or rejected): nothing runs yet
         return [
             *keep,
             manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
@@ -204,10 +208,24 @@ class JobReconciler(OwnerReconciler[Job]):
             self._finish(job, JobPhase.CANCELLED, "Cancelled", "cancelled by request", now)
             return
         workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
+        decision = self.decisions.get(job.pk)
         if workload is None:
-            if job.pk in self.waiting:
-                self._update(job, phase=JobPhase.PENDING, reason="InsufficientGPUs", message=self.waiting[job.pk])
+            if decision is not None and decision.outcome == "reject":
+                self._finish(job, JobPhase.REJECTED, "NeverFits", decision.message, now)
+            elif decision is not None and decision.outcome == "wait":
+                events = [] if job.phase == JobPhase.QUEUED else [("Queued", decision.message, "Normal")]
+                self._update(
+                    job,
+                    events=events,
+                    phase=JobPhase.QUEUED,
+                    reason=decision.reason,
+                    message=decision.message,
+                    queue_position=decision.position,
+                    queue_length=decision.queue_length,
+                )
             return
+        if decision is not None and decision.outcome == "admit" and job.admitted_borrowing != decision.borrowing:
+            self._update(job, admitted_borrowing=decision.borrowing)
         pods = observed.get("Pod", [])
         if workload["kind"] == "Job":
             seen = from_batch_job(workload, pods, was_running=job.phase == JobPhase.RUNNING)
@@ -255,7 +273,9 @@ class JobReconciler(OwnerReconciler[Job]):
             return
         changes: dict[str, Any] = {
             "phase": seen.phase,
-            "reason": "" if seen.phase == JobPhase.RUNNING else job.reason if job.reason != "InsufficientGPUs" else "",
+            "reason": "",
+            "queue_position": None,
+            "queue_length": None,
             "attempts": seen.attempts,
             "current_nodes": seen.current_nodes,
             "ready_nodes": seen.ready_nodes,
@@ -328,8 +348,6 @@ class JobReconciler(OwnerReconciler[Job]):
             return
         for key, value in changed.items():
             setattr(job, key, value)
-        if "reason" in changed and changed.get("reason") == "InsufficientGPUs":
-            events = [*(events or []), ("Waiting", job.message, "Normal")]
         for reason, message, kind in events or []:
             services.job_event(job=job, reason=reason, message=message, type=kind)
 

@@ -64,3 +64,8 @@ def reservations_active(tenant_id: int, now: dt.datetime | None = None) -> Query
     """The tenant's reservations holding GPUs at `now` (default: the current time)."""
     now = now or timezone.now()
     return Reservation.all_tenants.filter(tenant_id=tenant_id, start_at__lte=now, end_at__gt=now).order_by("start_at")
+
+
+def all_queues() -> QuerySet[Queue]:
+    """Every tenant's queues (the admission cycle's input), with their cohorts."""
+    return Queue.all_tenants.select_related("cohort").order_by("pk")

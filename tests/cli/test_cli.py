@@ -100,14 +100,14 @@ def test_submit_rejects_other_kinds_before_sending(standin: StandIn, cli: Run, t
 
 def test_list_table_json_yaml_and_filters(standin: StandIn, cli: Run):
     running = job("train-a", "Running", currentNodes=2, readyNodes=2, gpusAllocated=16)
-    queued = job("serve-b", "Queued", type="inference", reason="QuotaExceeded")
+    queued = job("serve-b", "Queued", type="inference", reason="QuotaExceeded", queuePosition=3, queueLength=7)
     standin.add("GET", JOBS, Answer(json=page([running, queued])))
     result = cli(*_args(standin, "jobs", "list", "--phase", "running", "--type", "training"))
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[0].split() == ["NAME", "TYPE", "PHASE", "NODES", "GPUS", "AGE", "REASON"]
-    assert lines[1].split()[:5] == ["train-a", "training", "Running", "2/2", "16"]
-    assert lines[2].split()[:5] == ["serve-b", "inference", "Queued", "0/1", "0"]
+    assert lines[0].split() == ["NAME", "TYPE", "PHASE", "QUEUE", "POSITION", "NODES", "GPUS", "AGE", "REASON"]
+    assert lines[1].split()[:7] == ["train-a", "training", "Running", "default", "-", "2/2", "16"]
+    assert lines[2].split()[:7] == ["serve-b", "inference", "Queued", "default", "3/7", "0/1", "0"]
     assert lines[2].split()[-1] == "QuotaExceeded"
     assert standin.requests[0].query == {"phase": "Running", "type": "training"}
 

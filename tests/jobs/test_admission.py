@@ -93,7 +93,9 @@ def test_jobs_that_can_never_fit_are_rejected_with_the_reason():
             capacity={GPU: 8},
         )
     )
-    assert decisions[1] == Decision(1, "reject", "NeverFits", f"asks for 16 {GPU} but the cluster has 8 {GPU}")
+    assert decisions[1].outcome == "wait"  # more than the cluster has: nodes may be added
+    assert decisions[1].message == f"waiting for 16 {GPU}: the cluster has 8 {GPU}; position 1 of 1"
+    assert decisions[2].outcome == "reject"
     assert decisions[2].message == f"asks for 4 {GPU} but the tenant's ceiling is 2 {GPU}"
 
 

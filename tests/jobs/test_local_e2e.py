@@ -120,7 +120,8 @@ def test_more_gpus_than_exist_waits_with_the_reason(local, tenant_a, monkeypatch
     monkeypatch.setenv("GRYVIA_LOCAL_GPUS", "2")
     job = make_job(tenant_a, "greedy", gpus=4, distributed={"enabled": False})
     job = drive(job, lambda j: j.reason == "InsufficientGPUs", timeout=10)
-    assert job.phase == "Pending" and job.message == "waiting for 4 nvidia.com/gpu: 2 of 2 simulated free"
+    assert job.phase == "Queued" and job.queue_position == 1
+    assert job.message == "waiting for 4 nvidia.com/gpu: the cluster has 2 nvidia.com/gpu; position 1 of 1"
     assert job_pods(job) == []
     fits = make_job(
         tenant_a,

@@ -186,8 +186,8 @@ def test_a_job_wanting_more_gpus_than_exist_waits_with_the_reason(cluster, kube,
     job = make_job(tenant_a, "big", gpus=8, distributed={"enabled": True, "nodes": 2})
     reconcile_jobs(kube)
     job.refresh_from_db()
-    assert job.phase == "Pending" and job.reason == "InsufficientGPUs"
-    assert job.message == "waiting for 16 nvidia.com/gpu: 8 of 8 free"
+    assert job.phase == "Queued" and job.reason == "InsufficientGPUs"
+    assert job.message == "waiting for 16 nvidia.com/gpu: the cluster has 8 nvidia.com/gpu; position 1 of 1"
     assert cluster.stored(JOB, "big", NS) is None
     cluster.seed(_node("gpu-2", gpus=8))
     reconcile_jobs(kube)

@@ -1,0 +1,103 @@
+"""Admission wired into the job reconciler (against kmock): queue order, positions and reasons each cycle,
+whole-gang admission, rejection of jobs that can never fit, and the API fields that show them."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.cluster.backends.base import JOB
+from apps.cluster.backends.kubernetes import KubernetesBackend
+from apps.jobs.models import Job
+from apps.jobs.reconciler import reconcile_jobs
+from apps.queueing import services as queueing
+from apps.tenants.reconciler import reconcile_tenants
+from tests.factories import ACTOR
+from tests.jobs.factories import make_job
+from tests.jobs.test_reconciler_kubernetes import NS, _node, _set_job_status
+from tests.kmock_cluster import running_kmock
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster():
+    with running_kmock() as running:
+        yield running
+
+
+@pytest.fixture
+def kube(cluster, tenant_a):
+    backend = KubernetesBackend.for_host(cluster.url, qps=1000, burst=1000, timeout_s=5.0)
+    reconcile_tenants(backend)
+    cluster.seed(_node("gpu-1", gpus=8))
+    queueing.queue_create(
+        actor=ACTOR, tenant=tenant_a, name="team-a", quotas=[{"resource": "nvidia.com/gpu", "nominal": 2}]
+    )
+    yield backend
+    backend.close()
+
+
+def gpu_job(tenant, name, gpus=2, **kw):
+    return make_job(tenant, name, gpus=gpus, queueName="team-a", distributed={"enabled": False}, **kw)
+
+
+def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client_a):
+    first, second, third = (gpu_job(tenant_a, n) for n in ("first", "second", "third"))
+    reconcile_jobs(kube)
+    for job in (first, second, third):
+        job.refresh_from_db()
+    assert first.phase == "Scheduling" and cluster.stored(JOB, "first", NS) is not None
+    assert (second.phase, second.queue_position, second.queue_length) == ("Queued", 1, 2)
+    assert second.reason == "WaitingForQuota"
+    assert second.message == "waiting for 2 nvidia.com/gpu in queue team-a; position 1 of 2"
+    assert third.queue_position == 2 and cluster.stored(JOB, "second", NS) is None
+    status = client_a.get("/api/v1/jobs/third/").json()["status"]
+    assert (status["queueName"], status["queuePosition"], status["queueLength"]) == ("team-a", 2, 2)
+
+    _set_job_status(cluster, "first", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    reconcile_jobs(kube)  # first finishes: its quota comes back
+    reconcile_jobs(kube)  # second is admitted
+    for job in (first, second, third):
+        job.refresh_from_db()
+    assert first.phase == "Succeeded" and second.phase == "Scheduling" and second.queue_position is None
+    assert (third.phase, third.queue_position, third.queue_length) == ("Queued", 1, 1)
+
+
+def test_priority_jumps_the_queue(cluster, kube, tenant_a):
+    gpu_job(tenant_a, "holder")
+    reconcile_jobs(kube)
+    low = gpu_job(tenant_a, "low")
+    high = gpu_job(tenant_a, "high", priority=50)
+    reconcile_jobs(kube)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert high.queue_position == 1 and low.queue_position == 2
+
+
+def test_a_job_that_can_never_fit_is_rejected_and_nothing_is_created(cluster, kube, tenant_a):
+    job = gpu_job(tenant_a, "huge", gpus=4)
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Rejected" and job.reason == "NeverFits"
+    assert (
+        job.message == "asks for 4 nvidia.com/gpu but queue team-a can get at most 2 nvidia.com/gpu, borrowing included"
+    )
+    assert cluster.stored(JOB, "huge", NS) is None
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Rejected"  # terminal
+
+
+def test_a_gang_waits_whole(cluster, kube, tenant_a):
+    make_job(tenant_a, "gang", gpus=1, queueName="team-a", distributed={"enabled": True, "nodes": 4})
+    reconcile_jobs(kube)
+    assert Job.all_tenants.get(name="gang").phase == "Rejected"  # 4 GPUs never fit in a 2-GPU queue
+    queueing.queue_create(
+        actor=ACTOR, tenant=tenant_a, name="big", quotas=[{"resource": "nvidia.com/gpu", "nominal": 4}]
+    )
+    make_job(tenant_a, "filler", gpus=1, queueName="big", distributed={"enabled": False})
+    reconcile_jobs(kube)
+    gang = make_job(tenant_a, "gang2", gpus=1, queueName="big", distributed={"enabled": True, "nodes": 4})
+    reconcile_jobs(kube)
+    gang.refresh_from_db()
+    assert gang.phase == "Queued" and cluster.stored(JOB, "gang2", NS) is None  # 3 free: no partial start
