@@ -3,8 +3,9 @@
 Pure (no I/O): the job reconciler feeds it the waiting jobs, what admitted jobs hold, the queues and the free
 capacity, and applies the decisions. Rules, in the spirit of Kueue's ClusterQueues and cohorts:
 
-* Order: priority (high first), then the tenant's dominant resource share within its cohort divided by its
-  queue's weight (low first: fair share), then submission time.
+* Order: priority (high first), then jobs within their queue's nominal quota before jobs that would borrow,
+  then the tenant's dominant resource share within its cohort divided by its queue's weight (low first: fair
+  share), then submission time.
 * A job is admitted whole (all its pods' resources at once: a gang never starts partly) when, for every resource
   it asks for, its queue has room within its nominal quota, or can borrow what the other queues of its cohort
   lend (within its borrowing limit and their lending limits), the tenant stays within its ceilings, and the
@@ -12,6 +13,10 @@ capacity, and applies the decisions. Rules, in the spirit of Kueue's ClusterQueu
 * A job that could never fit (more than its queue could ever get, borrowing included, or more than the tenant's
   ceiling) is rejected with the reason. More than the cluster has now only waits: nodes may be added.
 * Every other waiting job gets its position in its queue and a reason naming the missing resource and the queue.
+* Preemption, for a waiting job that cannot fit: lower-priority jobs of its own queue, and jobs of other queues
+  of its cohort admitted by borrowing when the waiting job stays within its own nominal quota (so borrowing never
+  preempts and there is no preemption cycle). The fewest victims are chosen (borrowers first, then the lowest
+  priority, then the newest); they are evicted (checkpoint request, grace, stop) and queued again.
 
 Resource keys: `nvidia.com/gpu` (all GPUs), `nvidia.com/gpu:<TYPE>` (GPUs of one type), `cpu` (millicores),
 `memory` (bytes). A queue without a quota for a key does not limit it; a tenant without queues has an implicit,
@@ -57,6 +62,7 @@ class Demand:
     priority: int
     submitted_at: dt.datetime
     request: Mapping[str, int]
+    can_preempt: bool = True  # its priority class's preemptionPolicy is not Never
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,15 @@ class Holding:
     queue: str
     request: Mapping[str, int]
     borrowing: bool = False
+    priority: int = 0
+    admitted_at: dt.datetime | None = None
+    evicting: bool = False  # being preempted: still holds its resources until its pods are gone
 
 
 @dataclass(frozen=True)
 class Decision:
     job_id: int
-    outcome: str  # "admit" | "wait" | "reject"
+    outcome: str  # "admit" | "wait" | "reject" | "evict" (a holding preempted for a waiting job)
     reason: str = ""
     message: str = ""
     position: int | None = None
@@ -119,6 +128,17 @@ class _State:
             for resource, amount in holding.request.items():
                 if resource in self.free:
                     self.free[resource] -= amount
+
+    def take(self, tenant_id: int, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
+        _add(self.used[self.queue_of(tenant_id, queue).key], request, sign)
+        _add(self.tenant_used[tenant_id], request, sign)
+        for resource, amount in request.items():
+            if resource in self.free:
+                self.free[resource] -= sign * amount
+
+    def within_nominal(self, queue: QueueQuota, request: Mapping[str, int]) -> bool:
+        used = self.used[queue.key]
+        return all(used.get(r, 0) + amount <= queue.nominal[r] for r, amount in request.items() if r in queue.nominal)
 
     def queue_of(self, tenant_id: int, name: str) -> QueueQuota:
         found = self.queues.get((tenant_id, name))
@@ -228,6 +248,43 @@ def _missing(state: _State, demand: Demand, queue: QueueQuota) -> tuple[str | No
     return None, borrowing, False
 
 
+def _victims(state: _State, demand: Demand, holdings: list[Holding]) -> list[Holding] | None:
+    """The fewest admitted jobs whose eviction lets `demand` fit, or None."""
+    if not demand.can_preempt:
+        return None
+    queue = state.queue_of(demand.tenant_id, demand.queue)
+    candidates = []
+    for holding in holdings:
+        if holding.evicting:
+            continue
+        own = state.queue_of(holding.tenant_id, holding.queue)
+        if own.key == queue.key and holding.priority < demand.priority:
+            candidates.append(holding)
+        elif (
+            holding.borrowing
+            and queue.cohort is not None
+            and own.cohort == queue.cohort
+            and own.key != queue.key
+            and state.within_nominal(queue, demand.request)
+        ):
+            candidates.append(holding)
+    far_past = dt.datetime.min.replace(tzinfo=dt.UTC)
+    candidates.sort(key=lambda h: (not h.borrowing, h.priority, -(h.admitted_at or far_past).timestamp()))
+    chosen: list[Holding] = []
+    for holding in candidates:
+        if not set(holding.request) & set(demand.request):
+            continue
+        state.take(holding.tenant_id, holding.queue, holding.request, -1)
+        chosen.append(holding)
+        if _missing(state, demand, queue)[0] is None:
+            for victim in chosen:  # the victims still hold their resources until their pods are gone
+                state.take(victim.tenant_id, victim.queue, victim.request)
+            return chosen
+    for victim in chosen:
+        state.take(victim.tenant_id, victim.queue, victim.request)
+    return None
+
+
 def _reason(missing: str | None) -> str:
     """A short machine-readable reason for a waiting job, from what it misses."""
     if missing is None:
@@ -248,6 +305,7 @@ def admit(
     capacity: Mapping[str, int],
 ) -> list[Decision]:
     """One admission cycle. Returns a decision for every waiting job, in admission order."""
+    holdings = list(holdings)
     state = _State(queues, holdings, ceilings, capacity)
     pending = list(waiting)
     rejected: dict[int, str] = {}
@@ -256,9 +314,13 @@ def admit(
         if reason:
             rejected[demand.job_id] = reason
 
-    def order(demand: Demand) -> tuple[int, float, dt.datetime, int]:
+    def order(demand: Demand) -> tuple[int, bool, float, dt.datetime, int]:
+        # At equal priority, jobs within their queue's nominal quota go before jobs that would borrow, so a
+        # lender is not kept waiting by a borrower it just reclaimed from.
         queue = state.queue_of(demand.tenant_id, demand.queue)
-        return (-demand.priority, state.dominant_share(demand.tenant_id, queue), demand.submitted_at, demand.job_id)
+        borrows = not state.within_nominal(queue, demand.request)
+        share = state.dominant_share(demand.tenant_id, queue)
+        return (-demand.priority, borrows, share, demand.submitted_at, demand.job_id)
 
     decisions: dict[int, Decision] = {}
     remaining = [d for d in pending if d.job_id not in rejected]
@@ -288,6 +350,16 @@ def admit(
                 break
         if not progressed:
             break
+    preempting: dict[int, list[Holding]] = {}
+    evicted: set[int] = set()
+    for demand in sorted(remaining, key=order):
+        if any(h.evicting for h in holdings):
+            break  # one preemption at a time: wait until the current victims are gone
+        victims = _victims(state, demand, [h for h in holdings if h.job_id not in evicted])
+        if victims:
+            preempting[demand.job_id] = victims
+            evicted |= {v.job_id for v in victims}
+            break
     by_queue: dict[tuple[int, str], list[Demand]] = defaultdict(list)
     for demand in sorted(remaining, key=order):
         by_queue[state.queue_of(demand.tenant_id, demand.queue).key].append(demand)
@@ -295,10 +367,19 @@ def admit(
         for position, demand in enumerate(demands, start=1):
             queue = state.queue_of(demand.tenant_id, demand.queue)
             missing, _, _ = _missing(state, demand, queue)
+            reason = _reason(missing)
+            if demand.job_id in preempting:
+                names = ", ".join(str(v.job_id) for v in preempting[demand.job_id])
+                missing, reason = f"{missing}; preempting job(s) {names}", "WaitingForPreemption"
             message = f"{missing or 'waiting for jobs ahead of it'}; position {position} of {len(demands)}"
             decisions[demand.job_id] = Decision(
-                demand.job_id, "wait", _reason(missing), message, position=position, queue_length=len(demands)
+                demand.job_id, "wait", reason, message, position=position, queue_length=len(demands)
             )
     for job_id, reason in rejected.items():
         decisions[job_id] = Decision(job_id, "reject", "NeverFits", reason)
-    return [decisions[d.job_id] for d in pending]
+    out = [decisions[d.job_id] for d in pending]
+    for preemptor, victims in preempting.items():
+        for victim in victims:
+            why = "borrowed quota reclaimed" if victim.borrowing else "a higher-priority job"
+            out.append(Decision(victim.job_id, "evict", "Preempted", f"preempted for job {preemptor} ({why})"))
+    return out

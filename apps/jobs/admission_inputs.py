@@ -14,7 +14,7 @@ from .choices import JobPhase
 from .models import Job
 
 WAITING_PHASES = (JobPhase.PENDING, JobPhase.QUEUED)
-HOLDING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING)
+HOLDING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING, JobPhase.PREEMPTED)
 
 
 def job_request(job: Job) -> dict[str, int]:
@@ -43,17 +43,55 @@ def queue_name(job: Job) -> str:
     return job.spec.get("queueName") or "default"
 
 
-def demands(jobs: Iterable[Job]) -> list[Demand]:
+class Priorities:
+    """A job's priority: its priority class's value (or the default class's), else `spec.priority`."""
+
+    def __init__(self) -> None:
+        self.classes = {pc.name: pc for pc in queueing.all_priority_classes()}
+        self.default = next((pc for pc in self.classes.values() if pc.is_default), None)
+
+    def of(self, job: Job) -> tuple[int, bool]:
+        """(priority, may preempt)."""
+        named = self.classes.get(job.spec.get("priorityClassName") or "")
+        if named is None and not job.spec.get("priority"):
+            named = self.default
+        if named is not None:
+            return named.value, named.preemption_policy != "Never"
+        return int(job.spec.get("priority") or 0), True
+
+
+def demands(jobs: Iterable[Job], priorities: Priorities) -> list[Demand]:
+    out = []
+    for job in jobs:
+        priority, can_preempt = priorities.of(job)
+        out.append(
+            Demand(
+                job_id=job.pk,
+                tenant_id=job.tenant_id,
+                queue=queue_name(job),
+                priority=priority,
+                submitted_at=job.created_at,
+                request=job_request(job),
+                can_preempt=can_preempt,
+            )
+        )
+    return out
+
+
+def holdings(jobs: Iterable[Job], priorities: Priorities) -> list[Holding]:
     return [
-        Demand(
-            job.pk, job.tenant_id, queue_name(job), int(job.spec.get("priority") or 0), job.created_at, job_request(job)
+        Holding(
+            job.pk,
+            job.tenant_id,
+            queue_name(job),
+            job_request(job),
+            job.admitted_borrowing,
+            priority=priorities.of(job)[0],
+            admitted_at=job.start_time or job.updated_at,
+            evicting=job.phase == JobPhase.PREEMPTED,
         )
         for job in jobs
     ]
-
-
-def holdings(jobs: Iterable[Job]) -> list[Holding]:
-    return [Holding(job.pk, job.tenant_id, queue_name(job), job_request(job), job.admitted_borrowing) for job in jobs]
 
 
 def _limits(vector: dict[str, float]) -> dict[str, int | None]:

@@ -88,11 +88,12 @@ class JobReconciler(OwnerReconciler[Job]):
         self.gpu_total = total
         waiting = admission_inputs.waiting_jobs()
         held = admission_inputs.holding_jobs()
+        priorities = admission_inputs.Priorities()
         self.decisions = {
             d.job_id: d
             for d in admit(
-                waiting=admission_inputs.demands(waiting),
-                holdings=admission_inputs.holdings(held),
+                waiting=admission_inputs.demands(waiting, priorities),
+                holdings=admission_inputs.holdings(held, priorities),
                 queues=admission_inputs.queue_quotas(),
                 ceilings=admission_inputs.tenant_ceilings(),
                 capacity={GPU: total},
@@ -135,7 +136,9 @@ class JobReconciler(OwnerReconciler[Job]):
         api_url = settings.GRYVIA_INTERNAL_API_URL
         pvc = manifests.data_pvc(spec, **common)
         keep = [pvc] if pvc is not None else []
-        if owner.is_terminal or owner.cancel_requested_at is not None:
+        decision = self.decisions.get(owner.pk)
+        evicting = owner.phase == JobPhase.PREEMPTED or (decision is not None and decision.outcome == "evict")
+        if owner.is_terminal or owner.cancel_requested_at is not None or evicting:
             if self._expired(owner):
                 return []
             if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
@@ -144,7 +147,6 @@ class JobReconciler(OwnerReconciler[Job]):
                 keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
-        decision = self.decisions.get(owner.pk)
         if not has_workload and (decision is None or decision.outcome != "admit"):
             return keep  # waiting in its queue (or rejected): nothing runs yet
         return [
@@ -197,18 +199,36 @@ class JobReconciler(OwnerReconciler[Job]):
             if not live and not job.finalized:
                 Job.all_tenants.filter(pk=job.pk).update(finalized=True)
             return
+        decision = self.decisions.get(job.pk)
+        stopping = [
+            p for p in observed.get("Pod", []) if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
         if job.cancel_requested_at is not None:
-            stopping = [
-                p for p in observed.get("Pod", []) if (p.get("status") or {}).get("phase") in ("Pending", "Running")
-            ]
             if stopping:  # checkpoint request, grace period, then the pods go; the token works until they have
                 message = f"waiting for {len(stopping)} pod(s) to stop (checkpoint request, then the grace period)"
                 self._update(job, reason="Cancelling", message=message)
                 return
             self._finish(job, JobPhase.CANCELLED, "Cancelled", "cancelled by request", now)
             return
+        if decision is not None and decision.outcome == "evict" and job.phase != JobPhase.PREEMPTED:
+            events = [("Preempted", decision.message, "Warning")]
+            self._update(job, events=events, phase=JobPhase.PREEMPTED, reason="Preempted", message=decision.message)
+            return
+        if job.phase == JobPhase.PREEMPTED:
+            if not stopping and not any(o.get("kind") in ("Job", "StatefulSet") for o in live.values()):
+                attempts = max(job.attempts, 1)
+                message = f"queued again after preemption (attempt {attempts + 1} next)"
+                self._update(
+                    job,
+                    events=[("Requeued", message, "Normal")],
+                    phase=JobPhase.QUEUED,
+                    reason="Requeued",
+                    message=message,
+                    requeues_attempts=attempts,
+                    attempts=attempts,
+                )
+            return
         workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
-        decision = self.decisions.get(job.pk)
         if workload is None:
             if decision is not None and decision.outcome == "reject":
                 self._finish(job, JobPhase.REJECTED, "NeverFits", decision.message, now)
@@ -276,7 +296,7 @@ class JobReconciler(OwnerReconciler[Job]):
             "reason": "",
             "queue_position": None,
             "queue_length": None,
-            "attempts": seen.attempts,
+            "attempts": job.requeues_attempts + seen.attempts,
             "current_nodes": seen.current_nodes,
             "ready_nodes": seen.ready_nodes,
             "restarts": seen.restarts,
@@ -299,7 +319,7 @@ class JobReconciler(OwnerReconciler[Job]):
             now=now,
         )
         events = []
-        if seen.attempts > max(job.attempts, 1):
+        if job.requeues_attempts + seen.attempts > max(job.attempts, 1):
             events.append(("Restarted", f"attempt {seen.attempts} after a pod failed", "Warning"))
         if job.current_nodes and seen.current_nodes != job.current_nodes:
             verb = "Grown" if seen.current_nodes > job.current_nodes else "Shrunk"
@@ -329,7 +349,9 @@ class JobReconciler(OwnerReconciler[Job]):
             "ready_nodes": 0,
         }
         if seen is not None:
-            changes.update(attempts=seen.attempts, restarts=seen.restarts, current_nodes=seen.current_nodes)
+            changes.update(
+                attempts=job.requeues_attempts + seen.attempts, restarts=seen.restarts, current_nodes=seen.current_nodes
+            )
             if job.start_time is None:
                 changes["start_time"] = _ts(seen.start_time) or now
         changes["conditions"] = set_condition(

@@ -132,6 +132,7 @@ class JobSpecSerializer(_Camel):
     retryLimit = serializers.IntegerField(min_value=0, max_value=100, default=0)
     timeout = serializers.CharField(required=False, allow_blank=True, max_length=32)
     priority = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    priorityClassName = serializers.RegexField(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", required=False, max_length=63)
     queueName = serializers.CharField(required=False, allow_blank=True, max_length=63)
     storage = serializers.CharField(required=False, allow_blank=True, max_length=253)
     storageRequest = serializers.CharField(required=False, validators=[_quantity])

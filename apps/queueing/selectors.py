@@ -69,3 +69,7 @@ def reservations_active(tenant_id: int, now: dt.datetime | None = None) -> Query
 def all_queues() -> QuerySet[Queue]:
     """Every tenant's queues (the admission cycle's input), with their cohorts."""
     return Queue.all_tenants.select_related("cohort").order_by("pk")
+
+
+def all_priority_classes() -> QuerySet[PriorityClass]:
+    return PriorityClass.objects.order_by("name")

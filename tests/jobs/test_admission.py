@@ -134,7 +134,7 @@ def test_two_tenants_of_equal_weight_reach_equal_dominant_shares():
     assert mean[1] + mean[2] > 0.9  # and the cluster stays busy
 
 
-def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity():
+def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity_and_never_preempt_in_a_cycle():
     rng = random.Random(42)
     queues = [
         QueueQuota(tenant_id=1, name="a", cohort="c", nominal={GPU: 6, "cpu": 8000}, lending_limit={GPU: 2}),
@@ -146,6 +146,8 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity():
     capacity = {GPU: 16}
     holdings: list[Holding] = []
     waiting: list[Demand] = []
+    preempted_by: dict[int, set[int]] = {}
+    evictions = 0
     for step in range(1000):
         for _ in range(rng.randint(0, 2)):
             tenant, queue = rng.choice([(1, "a"), (2, "b"), (3, "c")])
@@ -154,14 +156,27 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity():
         for holding in list(holdings):
             if rng.random() < 0.2:
                 holdings.remove(holding)
-        decisions = by_id(
-            admit(waiting=waiting, holdings=holdings, queues=queues, ceilings=ceilings, capacity=capacity)
-        )
+        decisions = admit(waiting=waiting, holdings=holdings, queues=queues, ceilings=ceilings, capacity=capacity)
+        outcome = {d.job_id: d for d in decisions}
+        preemptors = [d.job_id for d in decisions if d.reason == "WaitingForPreemption"]
+        for decision in decisions:
+            if decision.outcome == "evict":  # the victim stops and is queued again
+                evictions += 1
+                victim = next(h for h in holdings if h.job_id == decision.job_id)
+                holdings.remove(victim)
+                for preemptor in preemptors:
+                    assert victim.job_id not in preempted_by.get(preemptor, set()), "a preemption cycle"
+                    preempted_by.setdefault(victim.job_id, set()).add(preemptor)
+                waiting.append(
+                    Demand(victim.job_id, victim.tenant_id, victim.queue, victim.priority, T0, victim.request)
+                )
         for job in list(waiting):
-            outcome = decisions[job.job_id].outcome
-            if outcome == "admit":
-                holdings.append(Holding(job.job_id, job.tenant_id, job.queue, job.request))
-            if outcome != "wait":
+            if job.job_id not in outcome:
+                continue
+            if outcome[job.job_id].outcome == "admit":
+                borrowing = outcome[job.job_id].borrowing
+                holdings.append(Holding(job.job_id, job.tenant_id, job.queue, job.request, borrowing, job.priority))
+            if outcome[job.job_id].outcome in ("admit", "reject"):
                 waiting.remove(job)
         used = {name: sum(h.request[GPU] for h in holdings if h.queue == name) for name in nominal}
         assert sum(used.values()) <= capacity[GPU]
@@ -169,4 +184,67 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity():
         assert used["b"] <= nominal["b"] + 2  # borrowing limit
         assert used["a"] + used["b"] <= nominal["a"] + nominal["b"]  # a cohort never exceeds its pooled quota
         assert used["b"] <= ceilings[2][GPU]
-        assert max(used["a"] - nominal["a"], 0) <= 0 or used["b"] <= nominal["b"]  # both cannot be borrowing
+    assert evictions > 0  # the simulation did exercise preemption
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_in_its_queue():
+    queue = QueueQuota(tenant_id=1, name="q", nominal={GPU: 4})
+    low = Holding(1, 1, "q", {GPU: 4}, priority=0)
+    decisions = by_id(
+        admit(
+            waiting=[demand(2, queue="q", gpus=4, priority=5)],
+            holdings=[low],
+            queues=[queue],
+            ceilings={},
+            capacity={GPU: 8},
+        )
+    )
+    assert decisions[1].outcome == "evict" and "higher-priority" in decisions[1].message
+    assert decisions[2].reason == "WaitingForPreemption"
+    # Equal priority never preempts; nor does a job whose priority class says Never.
+    same = by_id(
+        admit(waiting=[demand(3, queue="q", gpus=4)], holdings=[low], queues=[queue], ceilings={}, capacity={GPU: 8})
+    )
+    assert 1 not in same
+    never = Demand(4, 1, "q", 9, T0, {GPU: 4}, can_preempt=False)
+    assert 1 not in by_id(admit(waiting=[never], holdings=[low], queues=[queue], ceilings={}, capacity={GPU: 8}))
+    # While a victim is still stopping, nothing else is preempted.
+    stopping = Holding(1, 1, "q", {GPU: 4}, priority=0, evicting=True)
+    again = by_id(
+        admit(
+            waiting=[demand(2, queue="q", gpus=4, priority=5)],
+            holdings=[stopping],
+            queues=[queue],
+            ceilings={},
+            capacity={GPU: 8},
+        )
+    )
+    assert [d.outcome for d in again.values()] == ["wait"]
+
+
+def test_the_lender_coming_back_reclaims_what_was_borrowed():
+    a = QueueQuota(tenant_id=1, name="a", cohort="c", nominal={GPU: 4})
+    b = QueueQuota(tenant_id=2, name="b", cohort="c", nominal={GPU: 4})
+    borrower = Holding(1, 1, "a", {GPU: 6}, borrowing=True, priority=10)
+    decisions = by_id(
+        admit(
+            waiting=[demand(2, tenant=2, queue="b", gpus=4)],
+            holdings=[borrower],
+            queues=[a, b],
+            ceilings={},
+            capacity={GPU: 8},
+        )
+    )
+    assert decisions[1].outcome == "evict" and "borrowed quota reclaimed" in decisions[1].message
+    # A borrower never preempts: b asking beyond its own nominal does not reclaim anything.
+    a_within = Holding(3, 1, "a", {GPU: 4}, priority=0)
+    decisions = by_id(
+        admit(
+            waiting=[demand(4, tenant=2, queue="b", gpus=6, priority=99)],
+            holdings=[a_within],
+            queues=[a, b],
+            ceilings={},
+            capacity={GPU: 8},
+        )
+    )
+    assert 3 not in decisions

@@ -218,3 +218,32 @@ def test_the_inference_example_serves_http(local, tenant_a):
     services.job_cancel(actor=ACTOR, job=job)
     job = drive(job, lambda j: j.is_terminal)
     assert job.phase == "Cancelled"
+
+
+@pytest.mark.django_db
+def test_preemption_asks_the_victim_to_checkpoint_first(local, tenant_a, tmp_path, monkeypatch):
+    from apps.queueing import services as queueing
+
+    monkeypatch.setenv("GRYVIA_LOCAL_GPUS", "1")
+    queueing.queue_create(actor=ACTOR, tenant=tenant_a, name="q", quotas=[{"resource": "nvidia.com/gpu", "nominal": 1}])
+    marker = tmp_path / "asked"
+    script = (
+        "import signal, sys, time, pathlib\n"
+        f"def ask(*_): pathlib.Path({str(marker)!r}).write_text('checkpoint'); sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, ask)\n"
+        "while True: time.sleep(0.1)\n"
+    )
+    common = {"gpus": 1, "queueName": "q", "distributed": {"enabled": False}, "storage": "standard"}
+    low = make_job(tenant_a, "low", command=["python3", "-c", script], checkpoint={"dir": "/data/ckpt"}, **common)
+    low = drive(low, lambda j: j.phase == "Running" and live_pids(j))
+    high = make_job(tenant_a, "high", priority=90, command=["python3", "-c", "print('high ran')"], **common)
+    high = drive(high, lambda j: j.phase == "Succeeded", timeout=60)
+    low.refresh_from_db()
+    assert marker.read_text() == "checkpoint"  # asked to checkpoint before it was stopped
+    assert low.phase in ("Queued", "Scheduling", "Running") and low.attempts >= 1
+    assert list(low.events.filter(reason__in=["Preempted", "Requeued"]).values_list("reason", flat=True)) == [
+        "Preempted",
+        "Requeued",
+    ]
+    services.job_cancel(actor=ACTOR, job=low)
+    drive(low, lambda j: j.is_terminal)

@@ -101,3 +101,59 @@ def test_a_gang_waits_whole(cluster, kube, tenant_a):
     reconcile_jobs(kube)
     gang.refresh_from_db()
     assert gang.phase == "Queued" and cluster.stored(JOB, "gang2", NS) is None  # 3 free: no partial start
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_is_queued_again(cluster, kube, tenant_a):
+    low = gpu_job(tenant_a, "low")
+    reconcile_jobs(kube)
+    _set_job_status(cluster, "low", {"active": 1, "ready": 1})
+    reconcile_jobs(kube)
+    low.refresh_from_db()
+    assert low.phase == "Running" and low.attempts == 1
+    high = gpu_job(tenant_a, "high", priority=50)
+    reconcile_jobs(kube)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert low.phase == "Preempted" and "preempted for job" in low.message
+    assert cluster.stored(JOB, "low", NS) is None  # evicted (its pods get the preStop checkpoint request)
+    assert high.phase == "Queued" and high.reason == "WaitingForPreemption"
+    reconcile_jobs(kube)  # the victim's pods are gone: it is queued again; the preemptor is admitted
+    reconcile_jobs(kube)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert high.phase == "Scheduling" and cluster.stored(JOB, "high", NS) is not None
+    assert low.phase == "Queued" and low.queue_position == 1 and low.attempts == 1
+    reasons = list(low.events.values_list("reason", flat=True))
+    assert "Preempted" in reasons and "Requeued" in reasons
+
+
+def test_borrowed_quota_is_reclaimed_when_the_lender_comes_back(cluster, kube, tenant_a, tenant_b):
+    from apps.jobs.models import Job as JobModel
+
+    cohort = queueing.cohort_create(actor=ACTOR, name="pool")
+    a = queueing.queue_create(
+        actor=ACTOR,
+        tenant=tenant_a,
+        name="lend-a",
+        cohort=cohort,
+        quotas=[{"resource": "nvidia.com/gpu", "nominal": 2}],
+    )
+    reconcile_tenants(kube)
+    queueing.queue_create(
+        actor=ACTOR,
+        tenant=tenant_b,
+        name="lend-b",
+        cohort=cohort,
+        quotas=[{"resource": "nvidia.com/gpu", "nominal": 2}],
+    )
+    borrower = make_job(tenant_a, "borrower", gpus=4, queueName=a.name, distributed={"enabled": False})
+    reconcile_jobs(kube)
+    borrower.refresh_from_db()
+    assert borrower.phase == "Scheduling" and borrower.admitted_borrowing
+    lender = make_job(tenant_b, "lender", gpus=2, queueName="lend-b", distributed={"enabled": False})
+    reconcile_jobs(kube)
+    borrower.refresh_from_db()
+    assert borrower.phase == "Preempted" and "borrowed quota reclaimed" in borrower.message
+    reconcile_jobs(kube)
+    reconcile_jobs(kube)
+    assert JobModel.all_tenants.get(pk=lender.pk).phase == "Scheduling"

@@ -31,6 +31,7 @@ class Job(TenantOwnedModel):
     start_time = models.DateTimeField(null=True, blank=True)
     completion_time = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    requeues_attempts = models.PositiveIntegerField(default=0, help_text="attempts used before its last requeue")
     restarts = models.JSONField(default=dict, blank=True, help_text="node index -> restarts")
     allocated_nodes = models.JSONField(default=list, blank=True)
     current_nodes = models.PositiveIntegerField(default=0)
