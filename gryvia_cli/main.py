@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .commands import auth, jobs
+from .commands import auth, jobs, queues
 from .config import ENV_API_KEY, ENV_CONFIG, ENV_TENANT, ENV_URL, resolve
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, ApiError, CliError
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     auth.register(sub, common, _common(with_api_key=False))
     jobs.register(sub, common)
+    queues.register(sub, common)
     return parser
 
 

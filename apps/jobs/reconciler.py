@@ -32,6 +32,7 @@ from apps.cluster.backends.base import (
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
+from apps.queueing.services import queue_status_sync
 from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound
 
 from . import admission_inputs, manifests, selectors, services
@@ -99,6 +100,21 @@ class JobReconciler(OwnerReconciler[Job]):
                 capacity={GPU: total},
             )
         }
+        self._record_queue_status(waiting, held)
+
+    def _record_queue_status(self, waiting: list[Job], held: list[Job]) -> None:
+        admitted: dict[tuple[int, str], dict[str, int]] = {}
+        pending: dict[tuple[int, str], int] = {}
+        newly = [j for j in waiting if self.decisions.get(j.pk) is not None and self.decisions[j.pk].outcome == "admit"]
+        for job in [*held, *newly]:
+            usage = admitted.setdefault((job.tenant_id, admission_inputs.queue_name(job)), {})
+            for resource, amount in admission_inputs.job_request(job).items():
+                usage[resource] = usage.get(resource, 0) + amount
+        for job in waiting:
+            if self.decisions.get(job.pk) is not None and self.decisions[job.pk].outcome == "wait":
+                key = (job.tenant_id, admission_inputs.queue_name(job))
+                pending[key] = pending.get(key, 0) + 1
+        queue_status_sync(admitted=admitted, pending=pending)
 
     # -- owners -------------------------------------------------------------------------------------------------
 

@@ -131,3 +131,47 @@ class Reservation(TenantOwnedModel):
         """Whether the reservation holds its GPUs at `now` (default: the current time); the end is exclusive."""
         now = now or timezone.now()
         return self.start_at <= now < self.end_at
+
+
+class GpuNode(TimestampedModel):
+    """A platform-level inventory row for one cluster Node with GPUs, refreshed from the Node list each pass.
+
+    Written only by `apps.queueing.inventory.sync_gpu_nodes` (never edited by hand). The GPU fields come from
+    NVIDIA GPU feature discovery labels (`nvidia.com/gpu.product`, `nvidia.com/gpu.count`, ...); `gpu_type` is
+    the `gryvia.io/gpu` label when set, else the short type derived from the product ("NVIDIA-H100-80GB-HBM3" ->
+    "H100"). `rack`/`ib_block` are topology labels used by placement. `allocatable_gpus` is the Node's allocatable
+    `nvidia.com/gpu`; `allocated_gpus` is what Gryvia's pods hold on it. `healthy` is false when the node carries
+    the `gryvia.io/gpu-unhealthy` taint or is not Ready; `simulated` marks the local backend's declared GPUs.
+    """
+
+    name = models.CharField(max_length=253, unique=True)
+    gpu_product = models.CharField(max_length=127, blank=True, default="")
+    gpu_type = models.CharField(max_length=63, blank=True, default="", db_index=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Memory per GPU, MiB")
+    driver_version = models.CharField(max_length=63, blank=True, default="")
+    cuda_version = models.CharField(max_length=63, blank=True, default="")
+    mig_capable = models.BooleanField(default=False)
+    mig_strategy = models.CharField(max_length=31, blank=True, default="")
+    rdma = models.BooleanField(default=False)
+    sriov = models.BooleanField(default=False)
+    rack = models.CharField(max_length=63, blank=True, default="")
+    ib_block = models.CharField(max_length=63, blank=True, default="")
+    allocatable_gpus = models.PositiveIntegerField(default=0)
+    allocated_gpus = models.PositiveIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+    unschedulable = models.BooleanField(default=False)
+    simulated = models.BooleanField(default=False)
+    labels = models.JSONField(default=dict, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("name",)
+        verbose_name = "GPU node"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.gpu_count}x {self.gpu_type or '?'})"
+
+    @property
+    def free_gpus(self) -> int:
+        return max(self.allocatable_gpus - self.allocated_gpus, 0)

@@ -16,6 +16,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from apps.core.audit import audit_record, snapshot
 from apps.core.principal import Principal
@@ -406,3 +407,21 @@ def reservation_delete(*, actor: Principal, reservation: Reservation) -> None:
     _require_platform(actor, "reservations")
     _audit(actor, "reservation.delete", reservation, snapshot(reservation, Reservation.AUDIT_FIELDS), None)
     reservation.delete()
+
+
+def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pending: dict[tuple[int, str], int]) -> int:
+    """Record each queue's admitted usage and waiting count after an admission cycle (only rows that changed).
+
+    Status, written by the admission cycle only (not audited: it is observed state, not a change anyone made).
+    """
+    changed = []
+    now = timezone.now()
+    for queue in Queue.all_tenants.only("pk", "tenant_id", "name", "status_admitted", "status_pending"):
+        key = (queue.tenant_id, queue.name)
+        usage, waiting = admitted.get(key, {}), pending.get(key, 0)
+        if queue.status_admitted != usage or queue.status_pending != waiting:
+            queue.status_admitted, queue.status_pending, queue.status_updated_at = usage, waiting, now
+            changed.append(queue)
+    if changed:
+        Queue.all_tenants.bulk_update(changed, ["status_admitted", "status_pending", "status_updated_at"])
+    return len(changed)

@@ -53,6 +53,8 @@ def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client
     assert third.queue_position == 2 and cluster.stored(JOB, "second", NS) is None
     status = client_a.get("/api/v1/jobs/third/").json()["status"]
     assert (status["queueName"], status["queuePosition"], status["queueLength"]) == ("team-a", 2, 2)
+    queue = client_a.get("/api/v1/queues/team-a/").json()["status"]
+    assert queue["pending"] == 2 and queue["admitted"] == {"nvidia.com/gpu": 2}
 
     _set_job_status(cluster, "first", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
     reconcile_jobs(kube)  # first finishes: its quota comes back
