@@ -12,7 +12,7 @@ from apps.tenants.admin import admin_principal
 
 from . import services
 from .api.filters import CohortFilterSet, PriorityClassFilterSet, QueueFilterSet, ReservationFilterSet
-from .models import Cohort, PriorityClass, Queue, Reservation
+from .models import Cohort, GpuNode, PriorityClass, Queue, Reservation
 
 
 def _form_error(exc: ValidationError) -> forms.ValidationError:
@@ -129,3 +129,31 @@ class ReservationAdmin(_ServiceAdmin):
     list_filter = ("gpu_type", "tenant")
     search_fields = ("gpu_type", "tenant__slug", "description")
     readonly_fields = ("created_at",)
+
+
+@admin.register(GpuNode)
+class GpuNodeAdmin(admin.ModelAdmin):
+    """Read-only: rows are written by `apps.queueing.inventory.sync_gpu_nodes` from the cluster's Node list."""
+
+    list_display = (
+        "name",
+        "gpu_type",
+        "gpu_count",
+        "allocatable_gpus",
+        "allocated_gpus",
+        "healthy",
+        "unschedulable",
+        "rack",
+        "ib_block",
+        "rdma",
+        "simulated",
+        "last_seen_at",
+    )
+    list_filter = ("gpu_type", "healthy", "unschedulable", "rdma", "mig_capable", "simulated", "rack")
+    search_fields = ("name", "gpu_product", "gpu_type", "rack", "ib_block")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

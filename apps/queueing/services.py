@@ -212,7 +212,7 @@ def queue_update(*, actor: Principal, queue: Queue, **changes: Any) -> Queue:
     """Change `cohort`, `weight` or `quotas`; bumps `generation`. The name never changes."""
     _reject_unknown(changes, QUEUE_FIELDS)
     tenant = Tenant.objects.select_for_update().get(pk=queue.tenant_id)
-    queue = Queue.all_tenants.select_for_update().select_related("cohort").get(pk=queue.pk)
+    queue = Queue.all_tenants.select_for_update(of=("self",)).select_related("cohort").get(pk=queue.pk)
     queue.tenant = tenant
     before = snapshot(queue, Queue.AUDIT_FIELDS)
     if "weight" in changes:
