@@ -109,6 +109,8 @@ def pod_template(
         pod_spec["nodeSelector"] = node_selector
     if spec.raw.get("tolerations"):
         pod_spec["tolerations"] = spec.raw["tolerations"]
+    if spec.raw.get("priorityClassName"):  # reconciled from Gryvia's priority classes (apps.queueing.reconciler)
+        pod_spec["priorityClassName"] = f"gryvia-{spec.raw['priorityClassName']}"
     if spec.workload_kind == "Job":
         pod_spec["restartPolicy"] = "Never"
         pod_spec["subdomain"] = n["service"]

@@ -14,6 +14,7 @@ CELERY_TIMEZONE = "UTC"
 GRYVIA_PERIODIC = {
     "reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 20.0),
     "reconcile-jobs": ("apps.jobs.reconciler.reconcile_jobs", 2.0),
+    "reconcile-priority-classes": ("apps.queueing.reconciler.reconcile_priority_classes", 30.0),
 }
 
 CELERY_BEAT_SCHEDULE = {
