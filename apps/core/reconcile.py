@@ -118,8 +118,11 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
     # -- optional hooks ---------------------------------------------------------------------------------------
 
-    def begin_pass(self) -> None:
-        """Read what the whole pass needs once (capacity, nodes, ...), before the owners."""
+    def begin_pass(self, observed: dict[str | None, dict[str, list[dict[str, Any]]]]) -> None:
+        """Read what the whole pass needs once (capacity, nodes, ...), before the owners.
+
+        `observed` holds this pass's objects of the observed kinds, by owner key and kind.
+        """
 
     def needs_work(self, owner: Owner, live: dict[str, dict[str, Any]]) -> bool:
         """Default: a spec change not yet observed, or live objects that differ from what was applied."""
@@ -166,7 +169,7 @@ class OwnerReconciler(ABC, Generic[Owner]):
                 stats.lists += 1
                 for obj in self.backend.list(kind, label_selector=self.label_selector):
                     extra.setdefault(self.owner_key_of(obj), {}).setdefault(kind.kind, []).append(obj)
-            self.begin_pass()
+            self.begin_pass(extra)
         except ClusterError as exc:
             stats.errors += 1
             RECONCILE_ERRORS.labels(kind=self.kind).inc()

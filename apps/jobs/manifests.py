@@ -59,7 +59,16 @@ def _resources(spec: JobSpec) -> dict[str, Any]:
 
 
 def pod_template(
-    spec: JobSpec, *, name: str, namespace: str, uid: str, tenant: str, api_url: str, job_labels: dict[str, str]
+    spec: JobSpec,
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    tenant: str,
+    api_url: str,
+    job_labels: dict[str, str],
+    placed_on: list[str] | None = None,
+    reserved: bool = False,
 ) -> dict[str, Any]:
     n = names(name)
     command, args = entrypoint(spec)
@@ -107,8 +116,21 @@ def pod_template(
         node_selector["gryvia.io/gpu"] = spec.raw["gpuType"]
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
-    if spec.raw.get("tolerations"):
-        pod_spec["tolerations"] = spec.raw["tolerations"]
+    tolerations = list(spec.raw.get("tolerations") or [])
+    if reserved:  # the tenant's reserved nodes carry this taint; nobody else's pods tolerate it
+        tolerations.append({"key": "gryvia.io/reserved", "operator": "Equal", "value": tenant, "effect": "NoSchedule"})
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if placed_on:  # the recorded placement is the truth: the pods may run on exactly those nodes
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": sorted(placed_on)}]}
+                    ]
+                }
+            }
+        }
     if spec.raw.get("priorityClassName"):  # reconciled from Gryvia's priority classes (apps.queueing.reconciler)
         pod_spec["priorityClassName"] = f"gryvia-{spec.raw['priorityClassName']}"
     if spec.workload_kind == "Job":
@@ -117,11 +139,29 @@ def pod_template(
     return {"metadata": {"labels": dict(job_labels)}, "spec": pod_spec}
 
 
-def workload(spec: JobSpec, *, name: str, namespace: str, uid: str, tenant: str, api_url: str) -> dict[str, Any]:
+def workload(
+    spec: JobSpec,
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    tenant: str,
+    api_url: str,
+    placed_on: list[str] | None = None,
+    reserved: bool = False,
+) -> dict[str, Any]:
     """The Indexed Job, or for inference the StatefulSet."""
     job_labels = labels(name=name, uid=uid, tenant=tenant, job_type=spec.type)
     template = pod_template(
-        spec, name=name, namespace=namespace, uid=uid, tenant=tenant, api_url=api_url, job_labels=job_labels
+        spec,
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        tenant=tenant,
+        api_url=api_url,
+        job_labels=job_labels,
+        placed_on=placed_on,
+        reserved=reserved,
     )
     selector = {C.JOB_UID_LABEL: uid}
     if spec.workload_kind == "StatefulSet":

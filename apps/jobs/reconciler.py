@@ -7,6 +7,7 @@ their PVC until `ttlSecondsAfterFinished`; pods on a lost node are force-deleted
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -32,7 +33,10 @@ from apps.cluster.backends.base import (
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
+from apps.queueing.inventory import node_views, sync_gpu_nodes
+from apps.queueing.placement import place, reservation_claims
 from apps.queueing.services import queue_status_sync
+from apps.tenants.models import Tenant
 from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound
 
 from . import admission_inputs, manifests, selectors, services
@@ -68,14 +72,22 @@ class JobReconciler(OwnerReconciler[Job]):
         self.gpu_simulated = False
         self.lost_nodes: dict[str, dt.datetime] = {}
         self.decisions: dict[int, Decision] = {}
+        self.node_views: list[Any] = []
+        self.typed_nodes = False
+        self.claims: dict[str, int | None] = {}
+        self.reserved_tenants: set[int] = set()
+        self.placements: dict[int, dict[str, Any]] = {}
+        self.unplaced: dict[int, str] = {}
 
     # -- pass-wide state ----------------------------------------------------------------------------------------
 
-    def begin_pass(self) -> None:
+    def begin_pass(self, observed: dict[str | None, dict[str, list[dict[str, Any]]]]) -> None:
         total, now = 0, timezone.now()
         self.lost_nodes = {}
         self.gpu_simulated = False
-        for node in self.backend.list(NODE):
+        nodes = self.backend.list(NODE)
+        self._inventory(nodes, observed)
+        for node in nodes:
             status = node.get("status") or {}
             if _labels(node).get("gryvia.io/simulated-gpus") == "true":
                 self.gpu_simulated = True
@@ -101,6 +113,60 @@ class JobReconciler(OwnerReconciler[Job]):
             )
         }
         self._record_queue_status(waiting, held)
+
+    def _inventory(
+        self, nodes: list[dict[str, Any]], observed: dict[str | None, dict[str, list[dict[str, Any]]]]
+    ) -> None:
+        """GpuNode rows from the Nodes, and what placement needs: free GPUs per node and reservation claims."""
+        allocated: dict[str, int] = {}
+        for by_kind in observed.values():
+            for pod in by_kind.get("Pod", []):
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                for container in (pod.get("spec") or {}).get("containers") or []:
+                    limits = (container.get("resources") or {}).get("limits") or {}
+                    allocated[node] = allocated.get(node, 0) + int(limits.get(manifests.GPU_RESOURCE) or 0)
+        sync_gpu_nodes(nodes, allocated=allocated)
+        self.node_views = node_views(nodes, allocated=allocated)
+        self.typed_nodes = any(view.gpu_type for view in self.node_views)
+        slugs = dict(Tenant.objects.values_list("slug", "pk"))
+        self.claims = reservation_claims(nodes, slugs)
+        self.reserved_tenants = {tenant_id for tenant_id in self.claims.values() if tenant_id}
+        self.placements: dict[int, dict[str, Any]] = {}
+        self.unplaced: dict[int, str] = {}
+
+    def _place(self, job: Job) -> dict[str, Any] | None:
+        """Choose nodes for a GPU job's pods (recorded on the job, then given to the pods as required affinity)."""
+        spec = job.typed_spec
+        options = spec.raw.get("placement") or {}
+        same = {"rack": "rack", "ibBlock": "ib_block"}.get(options.get("sameTopology") or "")
+        chosen = place(
+            pods=spec.desired_nodes,
+            gpus_per_pod=spec.gpus_per_pod,
+            gpu_type=(spec.raw.get("gpuType") or None) if self.typed_nodes else None,
+            nodes=self.node_views,
+            strategy=options.get("strategy") or "pack",
+            same=same,
+            require_rdma=bool(options.get("rdma")),
+            reserved_for=self.claims,
+            tenant_id=job.tenant_id,
+        )
+        if chosen is None:
+            self.unplaced[job.pk] = (
+                f"waiting for placement: no set of healthy nodes has {spec.desired_nodes} x {spec.gpus_per_pod} "
+                f"{manifests.GPU_RESOURCE} free" + (f" in one {options['sameTopology']}" if same else "")
+            )
+            return None
+        taken: dict[str, int] = {}
+        for node in chosen.nodes:  # later jobs of this pass see what is left
+            taken[node] = taken.get(node, 0) + spec.gpus_per_pod
+        self.node_views = [
+            dataclasses.replace(v, free_gpus=v.free_gpus - taken.get(v.name, 0)) for v in self.node_views
+        ]
+        record = {"nodes": chosen.nodes, "scores": chosen.scores, "explanation": chosen.explanation}
+        self.placements[job.pk] = record
+        return record
 
     def _record_queue_status(self, waiting: list[Job], held: list[Job]) -> None:
         admitted: dict[tuple[int, str], dict[str, int]] = {}
@@ -165,10 +231,21 @@ class JobReconciler(OwnerReconciler[Job]):
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
         if not has_workload and (decision is None or decision.outcome != "admit"):
             return keep  # waiting in its queue (or rejected): nothing runs yet
+        placement = owner.placement or None
+        if spec.gpus_per_pod and not placement and not has_workload:
+            placement = self._place(owner)
+            if placement is None:
+                return keep
         return [
             *keep,
             manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
-            manifests.workload(spec, api_url=api_url, **common),
+            manifests.workload(
+                spec,
+                api_url=api_url,
+                placed_on=sorted(set(placement["nodes"])) if placement else None,
+                reserved=owner.tenant_id in self.reserved_tenants,
+                **common,
+            ),
             manifests.headless_service(spec, **common),
         ]
 
@@ -245,6 +322,14 @@ class JobReconciler(OwnerReconciler[Job]):
                 )
             return
         workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
+        if job.pk in self.placements and job.placement != self.placements[job.pk]:
+            self._update(job, placement=self.placements[job.pk])
+        if workload is None and job.pk in self.unplaced:
+            events = [] if job.reason == "WaitingForPlacement" else [("Queued", self.unplaced[job.pk], "Normal")]
+            self._update(
+                job, events=events, phase=JobPhase.QUEUED, reason="WaitingForPlacement", message=self.unplaced[job.pk]
+            )
+            return
         if workload is None:
             if decision is not None and decision.outcome == "reject":
                 self._finish(job, JobPhase.REJECTED, "NeverFits", decision.message, now)

@@ -79,6 +79,14 @@ class CheckpointSerializer(_Camel):
         return value
 
 
+class PlacementSerializer(_Camel):
+    strategy = serializers.ChoiceField(choices=("pack", "spread"), default="pack")
+    sameTopology = serializers.ChoiceField(
+        choices=("rack", "ibBlock"), required=False, help_text="keep the gang in one"
+    )
+    rdma = serializers.BooleanField(default=False, help_text="only nodes with RDMA")
+
+
 class TolerationSerializer(_Camel):
     key = serializers.CharField(required=False, max_length=253)
     operator = serializers.ChoiceField(choices=("Exists", "Equal"), required=False)
@@ -140,6 +148,7 @@ class JobSpecSerializer(_Camel):
     nodeSelector = serializers.DictField(child=serializers.CharField(max_length=63), required=False)
     tolerations = serializers.ListField(child=TolerationSerializer(), required=False, max_length=32)
     ttlSecondsAfterFinished = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    placement = PlacementSerializer(required=False)
     port = serializers.IntegerField(min_value=1, max_value=65535, required=False, help_text="inference: HTTP port")
 
     def validate_timeout(self, value: str) -> str:

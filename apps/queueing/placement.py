@@ -242,7 +242,7 @@ def reservation_claim(tenant_slug: str) -> tuple[dict[str, str], dict[str, str],
     return taint, label, toleration
 
 
-def reserved_for(nodes: list[dict[str, Any]], tenant_ids: Mapping[str, int]) -> dict[str, int | None]:
+def reservation_claims(nodes: list[dict[str, Any]], tenant_ids: Mapping[str, int]) -> dict[str, int | None]:
     """node name -> tenant id of its `gryvia.io/reserved` label (from v1 Node objects or their label dicts);
     a slug not in `tenant_ids` maps to UNKNOWN_TENANT (nobody's), an unlabelled node is left out."""
     claims: dict[str, int | None] = {}

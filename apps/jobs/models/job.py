@@ -34,6 +34,7 @@ class Job(TenantOwnedModel):
     requeues_attempts = models.PositiveIntegerField(default=0, help_text="attempts used before its last requeue")
     restarts = models.JSONField(default=dict, blank=True, help_text="node index -> restarts")
     allocated_nodes = models.JSONField(default=list, blank=True)
+    placement = models.JSONField(default=dict, blank=True, help_text="chosen nodes, their scores and why")
     current_nodes = models.PositiveIntegerField(default=0)
     ready_nodes = models.PositiveIntegerField(default=0)
     gpus_allocated = models.PositiveIntegerField(default=0)
