@@ -27,12 +27,14 @@ from apps.cluster.backends.base import (
     SECRET,
     SERVICE,
     STATEFUL_SET,
+    WORKLOAD,
     ClusterBackend,
     ObjectRef,
     object_key,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
+from apps.queueing import kai, kueue
 from apps.queueing.inventory import node_views, sync_gpu_nodes
 from apps.queueing.placement import place, reservation_claims
 from apps.queueing.services import queue_status_sync
@@ -72,6 +74,8 @@ class JobReconciler(OwnerReconciler[Job]):
         self.gpu_simulated = False
         self.lost_nodes: dict[str, dt.datetime] = {}
         self.decisions: dict[int, Decision] = {}
+        self.mode = "native"
+        self.workloads: list[dict[str, Any]] = []
         self.node_views: list[Any] = []
         self.typed_nodes = False
         self.claims: dict[str, int | None] = {}
@@ -99,6 +103,10 @@ class JobReconciler(OwnerReconciler[Job]):
                 continue
             total += int((status.get("allocatable") or {}).get(manifests.GPU_RESOURCE) or 0)
         self.gpu_total = total
+        self.mode = settings.GRYVIA_ADMISSION
+        if self.mode != "native":  # Kueue or KAI admits: Gryvia creates the workloads and reads their state
+            self.workloads = self.backend.list(WORKLOAD) if self.mode == "kueue" else []
+            return
         waiting = admission_inputs.waiting_jobs()
         held = admission_inputs.holding_jobs()
         priorities = admission_inputs.Priorities()
@@ -229,23 +237,31 @@ class JobReconciler(OwnerReconciler[Job]):
                 keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
-        if not has_workload and (decision is None or decision.outcome != "admit"):
+        native = self.mode == "native"
+        if native and not has_workload and (decision is None or decision.outcome != "admit"):
             return keep  # waiting in its queue (or rejected): nothing runs yet
         placement = owner.placement or None
-        if spec.gpus_per_pod and not placement and not has_workload:
+        if native and spec.gpus_per_pod and not placement and not has_workload:
             placement = self._place(owner)
             if placement is None:
                 return keep
+        workload = manifests.workload(
+            spec,
+            api_url=api_url,
+            placed_on=sorted(set(placement["nodes"])) if placement else None,
+            reserved=owner.tenant_id in self.reserved_tenants,
+            **common,
+        )
+        queue = owner.spec.get("queueName") or "default"
+        if self.mode == "kueue":  # created suspended; Kueue unsuspends it when admitted
+            workload = kueue.suspend_patch(workload, queue_name=queue, priority_class=spec.raw.get("priorityClassName"))
+        elif self.mode == "kai":
+            template = kai.pod_template_patch(workload["spec"]["template"], queue=kai.queue_name(tenant, queue))
+            workload = {**workload, "spec": {**workload["spec"], "template": template}}
         return [
             *keep,
             manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
-            manifests.workload(
-                spec,
-                api_url=api_url,
-                placed_on=sorted(set(placement["nodes"])) if placement else None,
-                reserved=owner.tenant_id in self.reserved_tenants,
-                **common,
-            ),
+            workload,
             manifests.headless_service(spec, **common),
         ]
 
@@ -348,6 +364,14 @@ class JobReconciler(OwnerReconciler[Job]):
         if decision is not None and decision.outcome == "admit" and job.admitted_borrowing != decision.borrowing:
             self._update(job, admitted_borrowing=decision.borrowing)
         pods = observed.get("Pod", [])
+        if self.mode == "kueue" and workload["kind"] == "Job" and self._kueue_holds(job, workload, now):
+            return
+        if self.mode == "kai":
+            pending = [kai.unschedulable_reason(p) for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
+            if any(pending) and job.phase != JobPhase.RUNNING:
+                reason = next(r for r in pending if r)
+                self._update(job, phase=JobPhase.QUEUED, reason="Unschedulable", message=f"KAI scheduler: {reason}")
+                return
         if workload["kind"] == "Job":
             seen = from_batch_job(workload, pods, was_running=job.phase == JobPhase.RUNNING)
         else:
@@ -356,6 +380,16 @@ class JobReconciler(OwnerReconciler[Job]):
             seen = from_stateful_set(workload, pods, default_endpoint=default)
         self._recover_lost_nodes(job, pods, now)
         self._apply_observed(job, seen, now)
+
+    def _kueue_holds(self, job: Job, workload: dict[str, Any], now: dt.datetime) -> bool:
+        """While Kueue has not admitted the job (or evicted it), its phase, reason and message are Kueue's."""
+        uid = (workload.get("metadata") or {}).get("uid")
+        phase, reason, message = kueue.phase_from_workload(kueue.workload_for(uid, self.workloads), job=workload)
+        if phase != JobPhase.QUEUED:
+            return False
+        events = [] if job.phase == JobPhase.QUEUED and job.reason == reason else [("Queued", message, "Normal")]
+        self._update(job, events=events, phase=JobPhase.QUEUED, reason=reason, message=message)
+        return True
 
     def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
         """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""

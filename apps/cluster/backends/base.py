@@ -51,6 +51,17 @@ STATEFUL_SET = ResourceKind("apps/v1", "StatefulSet", "statefulsets", True)
 DEPLOYMENT = ResourceKind("apps/v1", "Deployment", "deployments", True)
 PRIORITY_CLASS = ResourceKind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 NODE = ResourceKind("v1", "Node", "nodes", False)
+# Kueue (v0.11) and the KAI scheduler: the kinds Gryvia generates or reads in those admission modes.
+RESOURCE_FLAVOR = ResourceKind("kueue.x-k8s.io/v1beta1", "ResourceFlavor", "resourceflavors", False)
+CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta1", "ClusterQueue", "clusterqueues", False)
+LOCAL_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues", True)
+WORKLOAD = ResourceKind("kueue.x-k8s.io/v1beta1", "Workload", "workloads", True)
+WORKLOAD_PRIORITY_CLASS = ResourceKind(
+    "kueue.x-k8s.io/v1beta1", "WorkloadPriorityClass", "workloadpriorityclasses", False
+)
+KUEUE_COHORT = ResourceKind("kueue.x-k8s.io/v1alpha1", "Cohort", "cohorts", False)
+KUEUE_TOPOLOGY = ResourceKind("kueue.x-k8s.io/v1alpha1", "Topology", "topologies", False)
+KAI_QUEUE = ResourceKind("scheduling.run.ai/v2", "Queue", "queues", False)
 
 KINDS: dict[tuple[str, str], ResourceKind] = {
     (k.api_version, k.kind): k
@@ -71,6 +82,14 @@ KINDS: dict[tuple[str, str], ResourceKind] = {
         DEPLOYMENT,
         PRIORITY_CLASS,
         NODE,
+        RESOURCE_FLAVOR,
+        CLUSTER_QUEUE,
+        LOCAL_QUEUE,
+        WORKLOAD,
+        WORKLOAD_PRIORITY_CLASS,
+        KUEUE_COHORT,
+        KUEUE_TOPOLOGY,
+        KAI_QUEUE,
     )
 }
 

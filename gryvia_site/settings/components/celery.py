@@ -15,6 +15,7 @@ GRYVIA_PERIODIC = {
     "reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 20.0),
     "reconcile-jobs": ("apps.jobs.reconciler.reconcile_jobs", 2.0),
     "reconcile-priority-classes": ("apps.queueing.reconciler.reconcile_priority_classes", 30.0),
+    "reconcile-admission-objects": ("apps.queueing.admission_objects.reconcile_admission_objects", 30.0),
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -17,3 +17,7 @@ GRYVIA_RECONCILE_BUDGET_S = float(env_str("GRYVIA_RECONCILE_BUDGET_S", "15"))
 # How long a finished job keeps its workload (and pod logs), Service and PVC when its spec sets no
 # ttlSecondsAfterFinished.
 GRYVIA_JOB_TTL_S = env_int("GRYVIA_JOB_TTL_S", 7 * 86400)
+# Who admits jobs: Gryvia's own queues (`native`), or a cluster's Kueue or KAI scheduler, fed from Gryvia's queues.
+GRYVIA_ADMISSION = env_str("GRYVIA_ADMISSION", "native")
+if GRYVIA_ADMISSION not in {"native", "kueue", "kai"}:
+    raise ImproperlyConfigured(f"GRYVIA_ADMISSION must be native, kueue or kai, got {GRYVIA_ADMISSION!r}")
