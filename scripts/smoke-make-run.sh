@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${SMOKE_PORT:-8765}
+leader=""
 fail() { echo "smoke-make-run: FAIL: $*" >&2; exit 1; }
+# Whatever happens, nothing this script started outlives it.
+trap '[ -n "$leader" ] && kill -TERM -- -"$leader" 2>/dev/null; true' EXIT
 
 gryvia=.venv/bin/gryvia
 
@@ -49,14 +52,18 @@ one_run() {
   data=$(mktemp -d)
   env -u DATABASE_URL -u REDIS_URL GRYVIA_DATA_DIR="$data" GRYVIA_PORT=$port \
     setsid make --no-print-directory run >"$data/run.log" 2>&1 &
-  local leader=$!
+  leader=$!
   for _ in $(seq 1 120); do
     curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     sleep 0.5
   done
-  curl -fsS "http://127.0.0.1:$port/healthz" | grep -q '"ok"' || { cat "$data/run.log"; fail "healthz"; }
-  curl -fsS "http://127.0.0.1:$port/admin/login/" | grep -q 'id="id_password"' || fail "admin login page"
-  curl -fsS "http://127.0.0.1:$port/static/admin/css/base.css" | grep -q "body" || fail "admin stylesheet"
+  # Whole bodies first: `curl | grep -q` fails under pipefail when grep stops reading early.
+  body=$(curl -fsS "http://127.0.0.1:$port/healthz") || { cat "$data/run.log"; fail "healthz"; }
+  grep -q '"ok"' <<<"$body" || fail "healthz body"
+  body=$(curl -fsS "http://127.0.0.1:$port/admin/login/") || fail "admin login page"
+  grep -q 'id="id_password"' <<<"$body" || fail "admin login form"
+  body=$(curl -fsS "http://127.0.0.1:$port/static/admin/css/base.css") || fail "admin stylesheet"
+  grep -q "body" <<<"$body" || fail "admin stylesheet body"
   grep -q "demo API key" "$data/run.log" || fail "first-start credentials not printed"
   [ "$(stat -c %a "$data/demo-credentials.json")" = 600 ] || fail "credentials file mode"
   export GRYVIA_URL="http://127.0.0.1:$port" GRYVIA_CONFIG="$data/cli.json"
