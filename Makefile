@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint worker beat clean smoke-run
+.PHONY: install run test lint worker beat clean smoke-run bench-admission
 
 install: $(STAMP)
 
@@ -43,6 +43,11 @@ beat: install
 
 smoke-run: install
 	bash scripts/smoke-make-run.sh
+
+# Kueue's scheduler-perf shape (150, 1,500, 15,000 jobs) through the job reconciler's admission path on PostgreSQL
+# (127.0.0.1:5432, database gryvia_bench created and dropped) and a simulated cluster. See benchmarks/README.md.
+bench-admission: install
+	$(BIN)/python -m benchmarks.admission
 
 clean:
 	rm -rf $(VENV) var/test .pytest_cache .ruff_cache

@@ -172,7 +172,12 @@ class JobReconciler(OwnerReconciler[Job]):
         self.node_views = [
             dataclasses.replace(v, free_gpus=v.free_gpus - taken.get(v.name, 0)) for v in self.node_views
         ]
-        record = {"nodes": chosen.nodes, "scores": chosen.scores, "explanation": chosen.explanation}
+        record = {
+            "nodes": chosen.nodes,
+            "scores": chosen.scores,
+            "explanation": chosen.explanation,
+            "reserved": job.tenant_id in self.reserved_tenants,  # tolerate the tenant's reserved nodes
+        }
         self.placements[job.pk] = record
         return record
 
@@ -223,7 +228,6 @@ class JobReconciler(OwnerReconciler[Job]):
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
         common = {"name": owner.name, "namespace": ns, "uid": str(owner.uid), "tenant": tenant}
-        api_url = settings.GRYVIA_INTERNAL_API_URL
         pvc = manifests.data_pvc(spec, **common)
         keep = [pvc] if pvc is not None else []
         decision = self.decisions.get(owner.pk)
@@ -233,7 +237,10 @@ class JobReconciler(OwnerReconciler[Job]):
                 return []
             if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
                 # Finished on its own: the workload (and its pods' logs) stay until the TTL, never re-created.
-                done = [manifests.workload(spec, api_url=api_url, **common), manifests.headless_service(spec, **common)]
+                done = [
+                    self._workload(owner, common, owner.placement or None),
+                    manifests.headless_service(spec, **common),
+                ]
                 keep += [m for m in done if object_key(m) in live]
             return keep
         has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
@@ -245,25 +252,32 @@ class JobReconciler(OwnerReconciler[Job]):
             placement = self._place(owner)
             if placement is None:
                 return keep
+        return [
+            *keep,
+            manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
+            self._workload(owner, common, placement),
+            manifests.headless_service(spec, **common),
+        ]
+
+    def _workload(self, owner: Job, common: dict[str, str], placement: dict[str, Any] | None) -> dict[str, Any]:
+        """The workload manifest, built the same way for its whole life (its hash must not drift once created)."""
+        spec = owner.typed_spec
         workload = manifests.workload(
             spec,
-            api_url=api_url,
+            api_url=settings.GRYVIA_INTERNAL_API_URL,
             placed_on=sorted(set(placement["nodes"])) if placement else None,
-            reserved=owner.tenant_id in self.reserved_tenants,
+            reserved=bool(placement and placement.get("reserved")),
             **common,
         )
         queue = owner.spec.get("queueName") or "default"
         if self.mode == "kueue":  # created suspended; Kueue unsuspends it when admitted
             workload = kueue.suspend_patch(workload, queue_name=queue, priority_class=spec.raw.get("priorityClassName"))
         elif self.mode == "kai":
-            template = kai.pod_template_patch(workload["spec"]["template"], queue=kai.queue_name(tenant, queue))
+            template = kai.pod_template_patch(
+                workload["spec"]["template"], queue=kai.queue_name(common["tenant"], queue)
+            )
             workload = {**workload, "spec": {**workload["spec"], "template": template}}
-        return [
-            *keep,
-            manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
-            workload,
-            manifests.headless_service(spec, **common),
-        ]
+        return workload
 
     def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created

@@ -132,3 +132,18 @@ def test_reserved_nodes_stay_off_other_tenants_jobs(cluster, kube, tenant_a, ten
     assert {"key": "gryvia.io/reserved", "operator": "Equal", "value": "bravo", "effect": "NoSchedule"} in tolerations
     assert other.phase == "Queued" and other.reason == "WaitingForPlacement" and not other.placement
     assert Job.all_tenants.get(pk=other.pk).message.startswith("waiting for placement")
+
+
+def test_a_finished_placed_job_is_not_applied_again(cluster, kube, tenant_a):
+    cluster.seed(gpu_node("n1", rack="r1"))
+    job = make_job(tenant_a, "done", gpus=2, distributed={"enabled": False})
+    reconcile_jobs(kube)
+    stored = cluster.stored(JOB, "done", NS)
+    stored["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    cluster.seed(stored)
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Succeeded"
+    cluster.clear_requests()
+    reconcile_jobs(kube)  # the finished Job keeps its (placed) manifest: no re-apply of an immutable template
+    assert [r for r in cluster.requests() if r.method == "PATCH"] == []

@@ -1,0 +1,31 @@
+"""`make bench-admission` runs end to end (smallest size, SQLite) and prints its line; figures are not asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_admission_benchmark_prints_its_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.admission", "--sizes", "150", "--db", "sqlite"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "GRYVIA_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("jobs=150 "))
+    pattern = (
+        r"jobs=150 db=sqlite admissions/s=[0-9.]+ cpu_ms_per_admission=[0-9.]+ cycle_p50_ms=[0-9.]+ "
+        r"cycle_p99_ms=[0-9.]+ queries_per_cycle=\d+ sim_makespan_s=[0-9.]+"
+    )
+    assert re.fullmatch(pattern, line), line
