@@ -7,7 +7,6 @@ their PVC until `ttlSecondsAfterFinished`; pods on a lost node are force-deleted
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -29,16 +28,11 @@ from apps.cluster.backends.base import (
     STATEFUL_SET,
     WORKLOAD,
     ClusterBackend,
-    ObjectRef,
     object_key,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
-from apps.queueing.inventory import node_views, sync_gpu_nodes
-from apps.queueing.placement import place, reservation_claims
-from apps.queueing.services import queue_status_sync
-from apps.tenants.models import Tenant
 from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound
 
 from . import admission_inputs, manifests, selectors, services
@@ -46,6 +40,7 @@ from . import choices as C
 from .admission import GPU, Decision, admit
 from .choices import JobPhase
 from .models import Job
+from .reconciler_placement import PlacementMixin
 from .status import Observed, from_batch_job, from_stateful_set, set_condition
 
 logger = logging.getLogger(__name__)
@@ -61,7 +56,7 @@ def _ts(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
 
-class JobReconciler(OwnerReconciler[Job]):
+class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
     kind = "job"
     managed_kinds = (PVC, SECRET, JOB, STATEFUL_SET, SERVICE)
     observed_kinds = (POD,)
@@ -121,79 +116,6 @@ class JobReconciler(OwnerReconciler[Job]):
             )
         }
         self._record_queue_status(waiting, held)
-
-    def _inventory(
-        self, nodes: list[dict[str, Any]], observed: dict[str | None, dict[str, list[dict[str, Any]]]]
-    ) -> None:
-        """GpuNode rows from the Nodes, and what placement needs: free GPUs per node and reservation claims."""
-        allocated: dict[str, int] = {}
-        for by_kind in observed.values():
-            for pod in by_kind.get("Pod", []):
-                node = (pod.get("spec") or {}).get("nodeName")
-                if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                    continue
-                for container in (pod.get("spec") or {}).get("containers") or []:
-                    limits = (container.get("resources") or {}).get("limits") or {}
-                    allocated[node] = allocated.get(node, 0) + int(limits.get(manifests.GPU_RESOURCE) or 0)
-        sync_gpu_nodes(nodes, allocated=allocated)
-        self.node_views = node_views(nodes, allocated=allocated)
-        self.typed_nodes = any(view.gpu_type for view in self.node_views)
-        slugs = dict(Tenant.objects.values_list("slug", "pk"))
-        self.claims = reservation_claims(nodes, slugs)
-        self.reserved_tenants = {tenant_id for tenant_id in self.claims.values() if tenant_id}
-        self.placements: dict[int, dict[str, Any]] = {}
-        self.unplaced: dict[int, str] = {}
-
-    def _place(self, job: Job) -> dict[str, Any] | None:
-        """Choose nodes for a GPU job's pods (recorded on the job, then given to the pods as required affinity)."""
-        spec = job.typed_spec
-        options = spec.raw.get("placement") or {}
-        same = {"rack": "rack", "ibBlock": "ib_block"}.get(options.get("sameTopology") or "")
-        chosen = place(
-            pods=spec.desired_nodes,
-            gpus_per_pod=spec.gpus_per_pod,
-            gpu_type=(spec.raw.get("gpuType") or None) if self.typed_nodes else None,
-            nodes=self.node_views,
-            strategy=options.get("strategy") or "pack",
-            same=same,
-            require_rdma=bool(options.get("rdma")),
-            reserved_for=self.claims,
-            tenant_id=job.tenant_id,
-        )
-        if chosen is None:
-            self.unplaced[job.pk] = (
-                f"waiting for placement: no set of healthy nodes has {spec.desired_nodes} x {spec.gpus_per_pod} "
-                f"{manifests.GPU_RESOURCE} free" + (f" in one {options['sameTopology']}" if same else "")
-            )
-            return None
-        taken: dict[str, int] = {}
-        for node in chosen.nodes:  # later jobs of this pass see what is left
-            taken[node] = taken.get(node, 0) + spec.gpus_per_pod
-        self.node_views = [
-            dataclasses.replace(v, free_gpus=v.free_gpus - taken.get(v.name, 0)) for v in self.node_views
-        ]
-        record = {
-            "nodes": chosen.nodes,
-            "scores": chosen.scores,
-            "explanation": chosen.explanation,
-            "reserved": job.tenant_id in self.reserved_tenants,  # tolerate the tenant's reserved nodes
-        }
-        self.placements[job.pk] = record
-        return record
-
-    def _record_queue_status(self, waiting: list[Job], held: list[Job]) -> None:
-        admitted: dict[tuple[int, str], dict[str, int]] = {}
-        pending: dict[tuple[int, str], int] = {}
-        newly = [j for j in waiting if self.decisions.get(j.pk) is not None and self.decisions[j.pk].outcome == "admit"]
-        for job in [*held, *newly]:
-            usage = admitted.setdefault((job.tenant_id, admission_inputs.queue_name(job)), {})
-            for resource, amount in admission_inputs.job_request(job).items():
-                usage[resource] = usage.get(resource, 0) + amount
-        for job in waiting:
-            if self.decisions.get(job.pk) is not None and self.decisions[job.pk].outcome == "wait":
-                key = (job.tenant_id, admission_inputs.queue_name(job))
-                pending[key] = pending.get(key, 0) + 1
-        queue_status_sync(admitted=admitted, pending=pending)
 
     # -- owners -------------------------------------------------------------------------------------------------
 
@@ -404,37 +326,6 @@ class JobReconciler(OwnerReconciler[Job]):
         events = [] if job.phase == JobPhase.QUEUED and job.reason == reason else [("Queued", message, "Normal")]
         self._update(job, events=events, phase=JobPhase.QUEUED, reason=reason, message=message)
         return True
-
-    def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
-        """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
-        if not self.lost_nodes or job.typed_spec.elastic:
-            return
-        replaced, lost_on = [], set()
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            phase = (pod.get("status") or {}).get("phase")
-            if node in self.lost_nodes and phase not in ("Succeeded", "Failed"):
-                meta = pod["metadata"]
-                self.backend.delete(
-                    ObjectRef(POD, meta["name"], meta.get("namespace")), grace_period_s=0, uid=meta.get("uid")
-                )
-                replaced.append(meta["name"])
-                lost_on.add(node)
-        if not replaced:
-            return
-        lost = max((job.last_reported_step or 0) - (job.last_checkpoint_step or 0), 0)
-        message = (
-            f"replaced {len(replaced)} pod(s) from NotReady node(s) {', '.join(sorted(lost_on))}; "
-            f"resuming from step {job.last_checkpoint_step or 0} ({lost} step(s) lost)"
-        )
-        conditions = set_condition(
-            job.conditions, type="RecoveredFromNodeLoss", status=True, reason="PodsReplaced", message=message, now=now
-        )
-        Job.all_tenants.filter(pk=job.pk).update(
-            conditions=conditions, node_loss_recoveries=job.node_loss_recoveries + 1, lost_steps=job.lost_steps + lost
-        )
-        job.conditions = conditions
-        services.job_event(job=job, reason="NodeLost", message=message, type="Warning")
 
     def _apply_observed(self, job: Job, seen: Observed, now: dt.datetime) -> None:
         if seen.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):

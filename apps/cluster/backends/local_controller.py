@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Protocol
 
 from apps.cluster.gpus import gpu_allocator, gpu_inventory
@@ -45,7 +46,7 @@ class WorkloadStore(Protocol):
     def remove_owned(self, namespace: str, owner_uid: str, *, finished_only: bool) -> None: ...
 
 
-class WorkloadController:
+class WorkloadController(ABC):
     """One workload: its current pod per index (`pods`), the pods being terminated (`stopping`), and a thread.
 
     Only the controller's thread touches its state; other threads `post()` messages. Subclasses implement
@@ -83,21 +84,23 @@ class WorkloadController:
         self.inbox.put(("start",))  # the first pass runs at once
         self.sup.spawn(self._run, f"gryvia-workload-{self.namespace}/{self.name}")
 
-    # -- to implement -----------------------------------------------------------------------------------------
+    # -- what each workload kind (Job, StatefulSet) defines ----------------------------------------------------
 
+    @abstractmethod
     def reconcile(self) -> None:
         """Decide, start and stop pods (called after every batch of messages and every tick)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def status(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The workload's status, in the Kubernetes shape of its kind."""
 
+    @abstractmethod
     def pod_exited(self, pod: PodProcess) -> None:
         """A current pod's process ended on its own."""
-        raise NotImplementedError
 
+    @abstractmethod
     def pod_name(self, index: int, attempt: int) -> str:
-        raise NotImplementedError
+        """The Pod object's name for an index and attempt."""
 
     def next_wakeup(self) -> float:
         """Seconds until the controller must look again without a message (deadlines, backoffs, probes)."""

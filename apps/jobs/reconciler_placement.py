@@ -1,0 +1,137 @@
+"""The job reconciler's node-facing parts: GPU inventory, reservation claims, node choice, queue status, and
+recovery from lost nodes.
+
+A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module stays one concept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from apps.cluster.backends.base import POD, ObjectRef
+from apps.queueing.inventory import node_views, sync_gpu_nodes
+from apps.queueing.placement import place, reservation_claims
+from apps.queueing.services import queue_status_sync
+from apps.tenants.models import Tenant
+
+from . import admission_inputs, manifests, services
+from .models import Job
+from .status import set_condition
+
+
+class PlacementMixin:
+    backend: Any
+    lost_nodes: dict[str, Any]
+    decisions: dict[int, Any]
+    node_views: list[Any]
+    typed_nodes: bool
+    claims: dict[str, int | None]
+    reserved_tenants: set[int]
+    placements: dict[int, dict[str, Any]]
+    unplaced: dict[int, str]
+
+    def _inventory(
+        self, nodes: list[dict[str, Any]], observed: dict[str | None, dict[str, list[dict[str, Any]]]]
+    ) -> None:
+        """GpuNode rows from the Nodes, and what placement needs: free GPUs per node and reservation claims."""
+        allocated: dict[str, int] = {}
+        for by_kind in observed.values():
+            for pod in by_kind.get("Pod", []):
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                for container in (pod.get("spec") or {}).get("containers") or []:
+                    limits = (container.get("resources") or {}).get("limits") or {}
+                    allocated[node] = allocated.get(node, 0) + int(limits.get(manifests.GPU_RESOURCE) or 0)
+        sync_gpu_nodes(nodes, allocated=allocated)
+        self.node_views = node_views(nodes, allocated=allocated)
+        self.typed_nodes = any(view.gpu_type for view in self.node_views)
+        slugs = dict(Tenant.objects.values_list("slug", "pk"))
+        self.claims = reservation_claims(nodes, slugs)
+        self.reserved_tenants = {tenant_id for tenant_id in self.claims.values() if tenant_id}
+        self.placements: dict[int, dict[str, Any]] = {}
+        self.unplaced: dict[int, str] = {}
+
+    def _place(self, job: Job) -> dict[str, Any] | None:
+        """Choose nodes for a GPU job's pods (recorded on the job, then given to the pods as required affinity)."""
+        spec = job.typed_spec
+        options = spec.raw.get("placement") or {}
+        same = {"rack": "rack", "ibBlock": "ib_block"}.get(options.get("sameTopology") or "")
+        chosen = place(
+            pods=spec.desired_nodes,
+            gpus_per_pod=spec.gpus_per_pod,
+            gpu_type=(spec.raw.get("gpuType") or None) if self.typed_nodes else None,
+            nodes=self.node_views,
+            strategy=options.get("strategy") or "pack",
+            same=same,
+            require_rdma=bool(options.get("rdma")),
+            reserved_for=self.claims,
+            tenant_id=job.tenant_id,
+        )
+        if chosen is None:
+            self.unplaced[job.pk] = (
+                f"waiting for placement: no set of healthy nodes has {spec.desired_nodes} x {spec.gpus_per_pod} "
+                f"{manifests.GPU_RESOURCE} free" + (f" in one {options['sameTopology']}" if same else "")
+            )
+            return None
+        taken: dict[str, int] = {}
+        for node in chosen.nodes:  # later jobs of this pass see what is left
+            taken[node] = taken.get(node, 0) + spec.gpus_per_pod
+        self.node_views = [
+            dataclasses.replace(v, free_gpus=v.free_gpus - taken.get(v.name, 0)) for v in self.node_views
+        ]
+        record = {
+            "nodes": chosen.nodes,
+            "scores": chosen.scores,
+            "explanation": chosen.explanation,
+            "reserved": job.tenant_id in self.reserved_tenants,  # tolerate the tenant's reserved nodes
+        }
+        self.placements[job.pk] = record
+        return record
+
+    def _record_queue_status(self, waiting: list[Job], held: list[Job]) -> None:
+        admitted: dict[tuple[int, str], dict[str, int]] = {}
+        pending: dict[tuple[int, str], int] = {}
+        newly = [j for j in waiting if self.decisions.get(j.pk) is not None and self.decisions[j.pk].outcome == "admit"]
+        for job in [*held, *newly]:
+            usage = admitted.setdefault((job.tenant_id, admission_inputs.queue_name(job)), {})
+            for resource, amount in admission_inputs.job_request(job).items():
+                usage[resource] = usage.get(resource, 0) + amount
+        for job in waiting:
+            if self.decisions.get(job.pk) is not None and self.decisions[job.pk].outcome == "wait":
+                key = (job.tenant_id, admission_inputs.queue_name(job))
+                pending[key] = pending.get(key, 0) + 1
+        queue_status_sync(admitted=admitted, pending=pending)
+
+    def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
+        """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
+        if not self.lost_nodes or job.typed_spec.elastic:
+            return
+        replaced, lost_on = [], set()
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            phase = (pod.get("status") or {}).get("phase")
+            if node in self.lost_nodes and phase not in ("Succeeded", "Failed"):
+                meta = pod["metadata"]
+                self.backend.delete(
+                    ObjectRef(POD, meta["name"], meta.get("namespace")), grace_period_s=0, uid=meta.get("uid")
+                )
+                replaced.append(meta["name"])
+                lost_on.add(node)
+        if not replaced:
+            return
+        lost = max((job.last_reported_step or 0) - (job.last_checkpoint_step or 0), 0)
+        message = (
+            f"replaced {len(replaced)} pod(s) from NotReady node(s) {', '.join(sorted(lost_on))}; "
+            f"resuming from step {job.last_checkpoint_step or 0} ({lost} step(s) lost)"
+        )
+        conditions = set_condition(
+            job.conditions, type="RecoveredFromNodeLoss", status=True, reason="PodsReplaced", message=message, now=now
+        )
+        Job.all_tenants.filter(pk=job.pk).update(
+            conditions=conditions, node_loss_recoveries=job.node_loss_recoveries + 1, lost_steps=job.lost_steps + lost
+        )
+        job.conditions = conditions
+        services.job_event(job=job, reason="NodeLost", message=message, type="Warning")
