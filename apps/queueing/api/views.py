@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.request import Request
@@ -151,6 +153,26 @@ class _PlatformObjectViewSet(
     def check_object_permissions(self, request: Request, obj) -> None:
         """These objects belong to no tenant: access was decided in `initial` (any credential reads)."""
 
+    # (create, update, delete, the services' keyword for the object): each write goes through one service call.
+    writes: tuple[Any, Any, Any, str]
+
+    def perform_create(self, serializer) -> None:
+        create, _update, _delete, _arg = self.writes
+        with service_errors():
+            serializer.instance = create(actor=self.principal, **serializer.validated_data)
+
+    def perform_update(self, serializer) -> None:
+        _create, update, _delete, arg = self.writes
+        with service_errors():
+            serializer.instance = update(
+                actor=self.principal, **{arg: serializer.instance}, **serializer.validated_data
+            )
+
+    def perform_destroy(self, instance) -> None:
+        _create, _update, delete, arg = self.writes
+        with service_errors():
+            delete(actor=self.principal, **{arg: instance})
+
 
 class CohortViewSet(_PlatformObjectViewSet):
     """Cohorts: groups of queues that lend each other idle quota."""
@@ -159,20 +181,7 @@ class CohortViewSet(_PlatformObjectViewSet):
     serializer_class = CohortSerializer
     filterset_class = CohortFilterSet
     plural = "cohorts"
-
-    def perform_create(self, serializer: CohortSerializer) -> None:
-        with service_errors():
-            serializer.instance = services.cohort_create(actor=self.principal, **serializer.validated_data)
-
-    def perform_update(self, serializer: CohortSerializer) -> None:
-        with service_errors():
-            serializer.instance = services.cohort_update(
-                actor=self.principal, cohort=serializer.instance, **serializer.validated_data
-            )
-
-    def perform_destroy(self, instance: Cohort) -> None:
-        with service_errors():
-            services.cohort_delete(actor=self.principal, cohort=instance)
+    writes = (services.cohort_create, services.cohort_update, services.cohort_delete, "cohort")
 
 
 class PriorityClassViewSet(_PlatformObjectViewSet):
@@ -182,17 +191,9 @@ class PriorityClassViewSet(_PlatformObjectViewSet):
     serializer_class = PriorityClassSerializer
     filterset_class = PriorityClassFilterSet
     plural = "priority classes"
-
-    def perform_create(self, serializer: PriorityClassSerializer) -> None:
-        with service_errors():
-            serializer.instance = services.priority_class_create(actor=self.principal, **serializer.validated_data)
-
-    def perform_update(self, serializer: PriorityClassSerializer) -> None:
-        with service_errors():
-            serializer.instance = services.priority_class_update(
-                actor=self.principal, priority_class=serializer.instance, **serializer.validated_data
-            )
-
-    def perform_destroy(self, instance: PriorityClass) -> None:
-        with service_errors():
-            services.priority_class_delete(actor=self.principal, priority_class=instance)
+    writes = (
+        services.priority_class_create,
+        services.priority_class_update,
+        services.priority_class_delete,
+        "priority_class",
+    )
