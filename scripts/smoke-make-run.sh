@@ -8,7 +8,9 @@ port=${SMOKE_PORT:-8765}
 leader=""
 fail() { echo "smoke-make-run: FAIL: $*" >&2; exit 1; }
 # Whatever happens, nothing this script started outlives it.
-trap '[ -n "$leader" ] && kill -TERM -- -"$leader" 2>/dev/null; true' EXIT
+# (errexit applies inside the trap too: a failing `kill` there, when the group is already gone, would turn a
+# passing run into exit 1, so every command in it must succeed.)
+trap 'if [ -n "$leader" ]; then kill -TERM -- -"$leader" 2>/dev/null || true; fi' EXIT
 
 gryvia=.venv/bin/gryvia
 
@@ -53,8 +55,10 @@ one_run() {
   env -u DATABASE_URL -u REDIS_URL GRYVIA_DATA_DIR="$data" GRYVIA_PORT=$port \
     setsid make --no-print-directory run >"$data/run.log" 2>&1 &
   leader=$!
-  for _ in $(seq 1 120); do
+  # `make run` may reinstall first (pip on a busy 2-core machine takes minutes): wait while it lives, up to 5 min.
+  for _ in $(seq 1 600); do
     curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    kill -0 "$leader" 2>/dev/null || break
     sleep 0.5
   done
   # Whole bodies first: `curl | grep -q` fails under pipefail when grep stops reading early.
@@ -81,6 +85,7 @@ one_run() {
   fi
   if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then fail "port $port still served"; fi
   if [ -s "$data/long.pid" ] && kill -0 "$(cat "$data/long.pid")" 2>/dev/null; then fail "a job process outlived Gryvia"; fi
+  leader=""
   echo "smoke-make-run: SIG$signal to $target: healthz 200, admin login 200, no process left"
   rm -rf "$data"
 }
