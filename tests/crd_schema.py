@@ -2,7 +2,8 @@
 
 The CRD's `openAPIV3Schema` is turned into a JSON Schema the way the API server applies it with strict field
 validation: an object schema that lists `properties` rejects fields it does not list unless it says
-`x-kubernetes-preserve-unknown-fields: true` (or gives `additionalProperties`); `nullable: true` allows null.
+`x-kubernetes-preserve-unknown-fields: true` (or gives `additionalProperties`); `nullable: true` allows null; Go
+regular expressions with inline flags after `^` are rewritten for Python.
 CEL rules (`x-kubernetes-validations`) and list-map uniqueness are not checked.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import jsonschema
 import yaml
 
 CRD_DIR = Path(__file__).parent / "fixtures" / "crds"
+_LEADING_FLAGS = re.compile(r"\^\(\?([a-zA-Z]+)\)")
 
 
 @functools.cache
@@ -51,10 +54,18 @@ def _to_json_schema(node: Any) -> Any:
             out["type"] = [out["type"], "null"]
         elif "anyOf" in out:
             out["anyOf"] = [*out["anyOf"], {"type": "null"}]
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = _python_pattern(out["pattern"])
     if "pattern" in out and "anyOf" in out:  # int-or-string: the pattern only applies to the string form
         pattern = out.pop("pattern")
         out["anyOf"] = [{**b, "pattern": pattern} if b.get("type") == "string" else b for b in out["anyOf"]]
     return out
+
+
+def _python_pattern(pattern: str) -> str:
+    """Go's RE2 takes inline flags anywhere (`^(?i)[a-z]...` in Kueue's CRDs); Python wants them first."""
+    match = _LEADING_FLAGS.match(pattern)
+    return f"(?{match.group(1)})^{pattern[match.end() :]}" if match else pattern
 
 
 def kinds() -> list[tuple[str, str]]:

@@ -1,5 +1,7 @@
 """Pure functions from a job to its Kubernetes objects: an Indexed Job (training, fine-tuning, evaluation) or a
 StatefulSet (inference), a headless Service, the report-token Secret and, with `storage`, a PVC. No I/O.
+
+A job with `gpuFraction` (KAI mode only) gets KAI's `gpu-fraction` pod annotation and no `nvidia.com/gpu` limit.
 """
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.queueing.kai import gpu_fraction_annotations
 
 from . import choices as C
 from .environment import entrypoint, job_env
@@ -112,7 +115,7 @@ def pod_template(
         container["ports"] = [{"name": "http", "containerPort": port}]
         container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 5}
     node_selector = dict(spec.raw.get("nodeSelector") or {})
-    if spec.gpus_per_pod and spec.raw.get("gpuType") not in (None, "", "any"):
+    if spec.uses_gpu and spec.raw.get("gpuType") not in (None, "", "any"):
         node_selector["gryvia.io/gpu"] = spec.raw["gpuType"]
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
@@ -136,7 +139,10 @@ def pod_template(
     if spec.workload_kind == "Job":
         pod_spec["restartPolicy"] = "Never"
         pod_spec["subdomain"] = n["service"]
-    return {"metadata": {"labels": dict(job_labels)}, "spec": pod_spec}
+    metadata: dict[str, Any] = {"labels": dict(job_labels)}
+    if spec.gpu_fraction is not None:  # a share of one GPU, through KAI: no whole-GPU limit (see _resources)
+        metadata["annotations"] = gpu_fraction_annotations(spec.gpu_fraction)
+    return {"metadata": metadata, "spec": pod_spec}
 
 
 def workload(

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from . import choices as C
@@ -134,6 +135,9 @@ class JobSpecSerializer(_Camel):
     env = EnvField(required=False)
     workingDir = serializers.CharField(required=False, max_length=500)
     gpus = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    gpuFraction = serializers.FloatField(
+        required=False, allow_null=True, help_text="KAI mode: a share of one GPU per pod, between 0 and 1"
+    )
     gpuType = serializers.CharField(required=False, allow_blank=True, max_length=63)
     resources = ResourcesSerializer(required=False)
     distributed = DistributedSerializer(required=False)
@@ -159,6 +163,21 @@ class JobSpecSerializer(_Camel):
                 raise serializers.ValidationError(str(exc)) from exc
         return value
 
+    def validate_gpuFraction(self, value: float | None) -> float | None:  # noqa: N802 - upstream field name
+        if value is None:
+            return value
+        if settings.GRYVIA_ADMISSION != "kai":
+            raise serializers.ValidationError(
+                "a fraction of a GPU needs the KAI scheduler (GRYVIA_ADMISSION=kai), and this installation admits "
+                f"jobs with {settings.GRYVIA_ADMISSION!r}: ask for whole GPUs with gpus"
+            )
+        if not 0 < value < 1:
+            raise serializers.ValidationError(
+                f"must be between 0 and 1, exclusive (the share of one GPU per pod), got {value:g}; "
+                "ask for whole GPUs with gpus"
+            )
+        return value
+
     def validate_gpuType(self, value: str) -> str:  # noqa: N802 - upstream field name
         if value and not _LABEL_VALUE.match(value):
             raise serializers.ValidationError(f"{value!r} is not a valid label value")
@@ -179,11 +198,31 @@ class JobSpecSerializer(_Camel):
                 errors["distributed.elastic.desiredNodes"] = "must be between minNodes and distributed.nodes"
         if attrs["type"] != "inference" and attrs.get("port"):
             errors["port"] = "only inference jobs serve a port"
+        if attrs.get("gpuFraction") is not None:
+            fraction_error = _gpu_fraction_conflict(attrs)
+            if fraction_error:
+                errors["gpuFraction"] = fraction_error
         if not attrs.get("command") and not attrs.get("args"):
             pass  # the image's entrypoint runs
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+def _gpu_fraction_conflict(attrs: dict[str, Any]) -> str | None:
+    """Why `gpuFraction` cannot go with the rest of the spec, or None."""
+    dist = attrs.get("distributed") or {}
+    if attrs.get("gpus"):
+        return f"cannot go with gpus: {attrs['gpus']}; a pod asks for whole GPUs or a share of one, not both"
+    if dist.get("enabled") and dist.get("gpusPerNode"):
+        return (
+            f"cannot go with distributed.gpusPerNode: {dist['gpusPerNode']}; a pod asks for whole GPUs or a share "
+            "of one, not both"
+        )
+    if dist.get("enabled") and attrs["type"] != "inference":
+        # Two ranks of one job may be given shares of the same GPU, and NCCL refuses two ranks on one device.
+        return "only single-pod jobs and inference replicas can share a GPU, not distributed ranks: use gpus"
+    return None
 
 
 def normalize_spec(data: Any) -> dict[str, Any]:
@@ -253,7 +292,16 @@ class JobSpec:
         return max(self.min_nodes, min(desired, self.max_nodes))
 
     @property
+    def gpu_fraction(self) -> float | None:
+        """KAI mode: the share of one GPU each pod asks for (0 < f < 1); None when the job asks for whole GPUs."""
+        value = self.raw.get("gpuFraction")
+        return None if value is None else float(value)
+
+    @property
     def gpus_per_pod(self) -> int:
+        """Whole GPUs per pod (`nvidia.com/gpu`); 0 for a job asking for a fraction of one."""
+        if self.gpu_fraction is not None:
+            return 0
         if not self.is_distributed:
             return int(self.raw.get("gpus") or 0)
         per = self.distributed.get("gpusPerNode")
@@ -270,7 +318,25 @@ class JobSpec:
 
     @property
     def total_gpus(self) -> int:
+        """Whole GPUs the job holds: what Gryvia's admission, placement and `gpusAllocated` count. A job with
+        `gpuFraction` holds none; its shares are KAI's to count (see `total_gpu_share`)."""
         return self.gpus_per_pod * self.desired_nodes
+
+    @property
+    def gpu_share_per_pod(self) -> float:
+        """GPUs per pod, a fraction included: `gpuFraction`, else the whole GPUs per pod."""
+        return self.gpu_fraction if self.gpu_fraction is not None else float(self.gpus_per_pod)
+
+    @property
+    def total_gpu_share(self) -> float:
+        """GPUs the job uses, fractions included (0.5 per pod x 2 replicas = 1.0): what KAI counts against the
+        job's KAI queue's `gpu` quota."""
+        return self.gpu_share_per_pod * self.desired_nodes
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whole GPUs or a share of one."""
+        return self.gpu_share_per_pod > 0
 
     @property
     def timeout_seconds(self) -> int | None:

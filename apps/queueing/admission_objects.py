@@ -1,6 +1,7 @@
 """In the `kueue` and `kai` admission modes, Gryvia's queues become that scheduler's objects (ResourceFlavors,
-Cohorts, ClusterQueues, LocalQueues, Topology, WorkloadPriorityClasses; or KAI Queues), kept in step by this
-reconciler: one owner (the cluster), applied by spec hash, objects Gryvia no longer wants collected by label.
+Cohorts, ClusterQueues, LocalQueues, Topology, WorkloadPriorityClasses and, with MultiKueue, MultiKueueClusters, a
+MultiKueueConfig and an AdmissionCheck; or KAI Queues), kept in step by this reconciler: one owner (the cluster),
+applied by spec hash, objects Gryvia no longer wants collected by label.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from django.conf import settings
 
 from apps.cluster.backends import get_backend
 from apps.cluster.backends.base import (
+    ADMISSION_CHECK,
     CLUSTER_QUEUE,
     KAI_QUEUE,
     KUEUE_COHORT,
@@ -18,6 +20,8 @@ from apps.cluster.backends.base import (
     LOCAL_QUEUE,
     MANAGED_BY,
     MANAGER,
+    MULTIKUEUE_CLUSTER,
+    MULTIKUEUE_CONFIG,
     RESOURCE_FLAVOR,
     WORKLOAD_PRIORITY_CLASS,
     ClusterBackend,
@@ -43,21 +47,45 @@ def desired_objects(mode: str) -> list[dict[str, Any]]:
         tenants_by_id={t.pk: t for t in tenants},
         flavors=gpu_types,
         priority_classes=selectors.all_priority_classes(),
+        multikueue_clusters=settings.GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS,
+        kueue_namespace=settings.GRYVIA_KUEUE_NAMESPACE,
     )
 
 
 class AdmissionObjectsReconciler(OwnerReconciler[str]):
     kind = "admission-objects"
     label_selector = f"{MANAGED_BY}={MANAGER}"
-    delete_order = ("LocalQueue", "ClusterQueue", "Cohort", "WorkloadPriorityClass", "Topology", "ResourceFlavor")
+    delete_order = (
+        "LocalQueue",
+        "ClusterQueue",
+        "AdmissionCheck",
+        "MultiKueueConfig",
+        "MultiKueueCluster",
+        "Cohort",
+        "WorkloadPriorityClass",
+        "Topology",
+        "ResourceFlavor",
+    )
 
     def __init__(self, backend: ClusterBackend, *, mode: str, **kw: Any) -> None:
         super().__init__(backend, **kw)
         self.mode = mode
+        # The MultiKueue kinds are listed even with MultiKueue off, so that turning it off collects its objects;
+        # Kueue installs their CRDs whatever its feature gates say.
         self.managed_kinds = (
             (KAI_QUEUE,)
             if mode == "kai"
-            else (RESOURCE_FLAVOR, KUEUE_TOPOLOGY, KUEUE_COHORT, CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD_PRIORITY_CLASS)
+            else (
+                RESOURCE_FLAVOR,
+                KUEUE_TOPOLOGY,
+                KUEUE_COHORT,
+                MULTIKUEUE_CLUSTER,
+                MULTIKUEUE_CONFIG,
+                ADMISSION_CHECK,
+                CLUSTER_QUEUE,
+                LOCAL_QUEUE,
+                WORKLOAD_PRIORITY_CLASS,
+            )
         )
         self._desired: list[dict[str, Any]] | None = None
 

@@ -4,7 +4,8 @@ Used when `GRYVIA_ADMISSION = "kai"`: pods are scheduled by `kai-scheduler`, whi
 
 * `queue_objects()`: a parent Queue per tenant (`gryvia-<slug>`) and a child per Gryvia queue
   (`gryvia-<slug>-<queue>`, see `queue_name()`); a tenant without queues gets its unlimited `default` child.
-* `pod_template_patch()`: the pod template of the Job/StatefulSet, handed to KAI (and fractional GPUs).
+* `pod_template_patch()`: the pod template of the Job/StatefulSet, handed to KAI (and fractional GPUs: a job's
+  `spec.gpuFraction` reaches the template as the `gpu-fraction` annotation, see `gpu_fraction_annotations()`).
 * `unschedulable_reason()`: why KAI left a pod pending.
 
 KAI has no GPU flavors: a queue's GPU quota is the sum over its GPU quota entries. Units follow the CRD: gpu in
@@ -120,21 +121,30 @@ def queue_objects(*, tenants: Iterable[Any], queues: Iterable[Any]) -> list[dict
     return out
 
 
+def gpu_fraction_annotations(gpu_fraction: float) -> dict[str, str]:
+    """The pod annotation that asks KAI for `gpu_fraction` (0 < f < 1) of one GPU's memory: `gpu-fraction: "0.5"`
+    (KAI Scheduler's docs/gpu-sharing; GPU sharing must be on in KAI, `global.gpuSharing=true`)."""
+    if not 0 < gpu_fraction < 1:
+        raise ValueError(f"gpu_fraction must be between 0 and 1 (exclusive), got {gpu_fraction}")
+    return {GPU_FRACTION_ANNOTATION: repr(float(gpu_fraction))}  # repr: the shortest text that reads back exactly
+
+
 def pod_template_patch(template: dict[str, Any], *, queue: str, gpu_fraction: float | None = None) -> dict[str, Any]:
     """A copy of the pod template scheduled by KAI in `queue` (a KAI Queue name, see `queue_name()`).
 
-    With `0 < gpu_fraction < 1` the pod asks for that share of one GPU through the `gpu-fraction` annotation, and
-    the containers' `nvidia.com/gpu` requests and limits are removed (KAI's GPU sharing rejects both at once).
+    With `0 < gpu_fraction < 1`, or a `gpu-fraction` annotation already on the template (`manifests.workload` puts
+    it there for a job's `spec.gpuFraction`), the pod asks for that share of one GPU, and the containers'
+    `nvidia.com/gpu` requests and limits are removed (KAI's GPU sharing rejects both at once).
     """
     out = copy.deepcopy(template)
     meta = out.setdefault("metadata", {})
     meta.setdefault("labels", {})[QUEUE_LABEL] = queue
     spec = out.setdefault("spec", {})
     spec["schedulerName"] = SCHEDULER_NAME
+    if gpu_fraction is None and GPU_FRACTION_ANNOTATION in (meta.get("annotations") or {}):
+        gpu_fraction = float(meta["annotations"][GPU_FRACTION_ANNOTATION])
     if gpu_fraction is not None:
-        if not 0 < gpu_fraction < 1:
-            raise ValueError(f"gpu_fraction must be between 0 and 1 (exclusive), got {gpu_fraction}")
-        meta.setdefault("annotations", {})[GPU_FRACTION_ANNOTATION] = f"{gpu_fraction:g}"
+        meta.setdefault("annotations", {}).update(gpu_fraction_annotations(gpu_fraction))
         for container in spec.get("containers") or []:
             resources = container.get("resources") or {}
             for key in ("limits", "requests"):

@@ -3,7 +3,9 @@
 Used when `GRYVIA_ADMISSION = "kueue"`: Kueue, not Gryvia's native admission cycle, decides when a job starts.
 
 * `cluster_objects()` turns Queue/Cohort rows into ResourceFlavors, ClusterQueues, LocalQueues, Cohorts, a Topology
-  and WorkloadPriorityClasses, to apply (server-side) and prune by the `app.kubernetes.io/managed-by` label.
+  and WorkloadPriorityClasses, to apply (server-side) and prune by the `app.kubernetes.io/managed-by` label. With
+  MultiKueue worker clusters it adds a MultiKueueCluster per worker, one MultiKueueConfig and the MultiKueue
+  AdmissionCheck every ClusterQueue lists (`multikueue.py`).
 * `suspend_patch()` makes the batch/v1 Job Kueue-managed: created suspended, labelled with its LocalQueue.
 * `workload_for()` + `phase_from_workload()` read Kueue's Workload back into a Gryvia phase.
 
@@ -11,18 +13,24 @@ Quota mapping: cpu and memory are one resource group on `default-flavor`; `nvidi
 one flavor per GPU type (`gpu-<type>`, node label `gryvia.io/gpu=<type>`) plus `any-gpu` for untyped GPU quota.
 A (resource, flavor) a queue sets no quota for is unlimited in Gryvia; Kueue has no "unlimited", so it gets
 `UNLIMITED` nominal quota and lends none of it. Borrowing/lending limits are only set for queues in a cohort
-(Kueue rejects them otherwise). No I/O here.
+(Kueue rejects them otherwise).
+
+MultiKueue: the cluster Gryvia talks to is the manager; Kueue copies each workload that gets quota there to the
+workers and runs it on the first that admits it. Kueue before v0.15 marks a ClusterQueue that has topology-aware
+flavors and a MultiKueue check inactive ("TAS is not supported with MultiKueue admission check"), so with
+MultiKueue the flavors carry no `topologyName` and no Topology is generated. No I/O here.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from apps.cluster.backends.base import MANAGED_BY, MANAGER
 from apps.jobs.choices import JobPhase
 
+from . import multikueue
 from .models import CPU, GPU, MEMORY
 
 GROUP = "kueue.x-k8s.io"
@@ -83,7 +91,12 @@ def tenant_namespace(tenant: Any) -> str:
     return getattr(tenant, "namespace", None) or f"tenant-{tenant.slug}"
 
 
-def resource_flavors(flavors: Iterable[str], *, any_gpu: bool = True) -> list[dict[str, Any]]:
+def resource_flavors(
+    flavors: Iterable[str], *, any_gpu: bool = True, topology_aware: bool = True
+) -> list[dict[str, Any]]:
+    """`default-flavor` for cpu and memory, one flavor per GPU type and `any-gpu`; the GPU flavors name the Topology
+    unless `topology_aware` is False (MultiKueue, see the module doc)."""
+    tas = {"topologyName": TOPOLOGY_NAME} if topology_aware else {}
     out = [
         {"apiVersion": V1BETA1, "kind": "ResourceFlavor", "metadata": _meta(DEFAULT_FLAVOR), "spec": {}},
     ]
@@ -93,17 +106,12 @@ def resource_flavors(flavors: Iterable[str], *, any_gpu: bool = True) -> list[di
                 "apiVersion": V1BETA1,
                 "kind": "ResourceFlavor",
                 "metadata": _meta(flavor_name(gpu_type)),
-                "spec": {"nodeLabels": {GPU_TYPE_LABEL: gpu_type}, "topologyName": TOPOLOGY_NAME},
+                "spec": {"nodeLabels": {GPU_TYPE_LABEL: gpu_type}, **tas},
             }
         )
     if any_gpu:
         out.append(
-            {
-                "apiVersion": V1BETA1,
-                "kind": "ResourceFlavor",
-                "metadata": _meta(ANY_GPU_FLAVOR),
-                "spec": {"topologyName": TOPOLOGY_NAME},
-            }
+            {"apiVersion": V1BETA1, "kind": "ResourceFlavor", "metadata": _meta(ANY_GPU_FLAVOR), "spec": dict(tas)}
         )
     return out
 
@@ -133,8 +141,11 @@ def _flavor_quota(resource: str, entry: Mapping[str, Any] | None, *, in_cohort: 
     return quota
 
 
-def cluster_queue(queue: Any, tenant: Any, *, gpu_types: list[str]) -> dict[str, Any]:
-    """One Gryvia Queue as a ClusterQueue; `gpu_types` (GPU type label values) orders the GPU flavors."""
+def cluster_queue(
+    queue: Any, tenant: Any, *, gpu_types: list[str], admission_checks: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One Gryvia Queue as a ClusterQueue; `gpu_types` (GPU type label values) orders the GPU flavors;
+    `admission_checks` names the AdmissionChecks every workload of the queue must pass (MultiKueue)."""
     cohort = _cohort_name(queue)
     in_cohort = bool(cohort)
     entries = {(e["resource"], e.get("flavor") or ""): e for e in (getattr(queue, "quotas", None) or [])}
@@ -166,6 +177,8 @@ def cluster_queue(queue: Any, tenant: Any, *, gpu_types: list[str]) -> dict[str,
     }
     if cohort:
         spec["cohort"] = cohort
+    if admission_checks:
+        spec["admissionChecks"] = list(admission_checks)
     name = cluster_queue_name(tenant.slug, queue.name)
     return {
         "apiVersion": V1BETA1,
@@ -212,14 +225,18 @@ def cluster_objects(
     cohort_weights: Mapping[str, float] | None = None,
     priority_classes: Iterable[Any] = (),
     rack_label: str = RACK_LABEL,
+    multikueue_clusters: Sequence[str] = (),
+    kueue_namespace: str = "kueue-system",
 ) -> list[dict[str, Any]]:
-    """Every Kueue object for Gryvia's queues, in apply order (flavors and topology, cohorts, cluster queues,
-    local queues, priority classes).
+    """Every Kueue object for Gryvia's queues, in apply order (flavors and topology, cohorts, MultiKueue objects,
+    cluster queues, local queues, priority classes).
 
     `queues`: Queue rows (tenant_id, name, quotas, weight, cohort); tenants in `tenants_by_id` without a queue get
     an unlimited `default` ClusterQueue/LocalQueue. `flavors`: GPU type label values (`H100`), ordered by
     preference for untyped requests. `cohort_weights`: fair-sharing weight per cohort name (default 1).
     `priority_classes`: PriorityClass rows, mirrored as WorkloadPriorityClasses for `job_labels(priority_class=)`.
+    `multikueue_clusters`: MultiKueue worker cluster names (empty: MultiKueue off); every ClusterQueue then lists
+    the MultiKueue AdmissionCheck, and topology-aware scheduling is left out (see the module doc).
     """
     queues = list(queues)
     gpu_types = list(dict.fromkeys(flavors))
@@ -227,8 +244,9 @@ def cluster_objects(
         for entry in getattr(queue, "quotas", None) or []:
             if entry["resource"] == GPU and entry.get("flavor") and entry["flavor"] not in gpu_types:
                 gpu_types.append(entry["flavor"])
-    objects = resource_flavors(gpu_types)
-    objects.append(topology(rack_label=rack_label))
+    objects = resource_flavors(gpu_types, topology_aware=not multikueue_clusters)
+    if not multikueue_clusters:
+        objects.append(topology(rack_label=rack_label))
     weights = cohort_weights or {}
     for cohort in sorted(cohorts, key=lambda c: c.name):
         objects.append(
@@ -245,7 +263,9 @@ def cluster_objects(
         ((tenants_by_id[q.tenant_id], q) for q in queues if q.tenant_id in tenants_by_id),
         key=lambda tq: (tq[0].slug, tq[1].name),
     )
-    objects += [cluster_queue(q, t, gpu_types=gpu_types) for t, q in pairs]
+    objects += multikueue.cluster_objects(multikueue_clusters, kueue_namespace=kueue_namespace)
+    checks = [multikueue.ADMISSION_CHECK_NAME] if multikueue_clusters else []
+    objects += [cluster_queue(q, t, gpu_types=gpu_types, admission_checks=checks) for t, q in pairs]
     objects += [local_queue(q.name, t) for t, q in pairs]
     for pc in sorted(priority_classes, key=lambda p: p.name):
         objects.append(

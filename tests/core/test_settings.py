@@ -80,3 +80,25 @@ def test_development_generates_secrets_once_with_mode_0600(tmp_path):
 def test_an_unknown_backend_is_refused(tmp_path):
     result = _check(tmp_path, GRYVIA_BACKEND="nomad")
     assert result.returncode != 0 and "GRYVIA_BACKEND must be 'local' or 'kubernetes'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS": "worker-a,Worker_B"}, "not valid: 'Worker_B'"),
+        ({"GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS": "worker-a,worker-a"}, "names worker-a more than once"),
+        ({"GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS": ",".join(f"w{i}" for i in range(11))}, "takes at most 10"),
+        ({"GRYVIA_KUEUE_NAMESPACE": "kueue system"}, "GRYVIA_KUEUE_NAMESPACE must be a namespace name"),
+    ],
+    ids=["not-a-dns-label", "twice", "too-many", "namespace"],
+)
+def test_bad_multikueue_settings_are_refused_at_startup(tmp_path, env, message):
+    result = _check(tmp_path, GRYVIA_ADMISSION="kueue", **env)
+    assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
+
+
+def test_multikueue_needs_kueue_admission(tmp_path):
+    result = _check(tmp_path, GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS="worker-a")
+    assert result.returncode != 0 and "MultiKueue needs GRYVIA_ADMISSION=kueue" in result.stderr
+    ok = _check(tmp_path, GRYVIA_ADMISSION="kueue", GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS=" worker-a, worker-b ")
+    assert ok.returncode == 0, ok.stderr[-2000:]

@@ -181,3 +181,75 @@ def test_bad_specs_name_the_field(overrides, field):
         normalize_spec(spec(**overrides))
     errors = _spec_errors(caught.value)
     assert isinstance(errors, ValidationError) and field in errors.message_dict, errors.message_dict
+
+
+ONE_POD = {"distributed": {"enabled": False}}
+
+
+def _spec_errors_of(overrides: dict) -> dict[str, list[str]]:
+    from apps.jobs.services import _spec_errors
+
+    with pytest.raises(serializers.ValidationError) as caught:
+        normalize_spec(spec(**overrides))
+    return _spec_errors(caught.value).message_dict
+
+
+def test_a_gpu_fraction_becomes_the_kai_annotation_without_a_whole_gpu(settings):
+    settings.GRYVIA_ADMISSION = "kai"
+    typed, job = _build(**ONE_POD, gpuFraction=0.25, gpuType="H100")
+    assert typed.raw["gpuFraction"] == 0.25
+    template = job["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"gpu-fraction": "0.25"}
+    container = template["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("limits", {})
+    assert template["spec"]["nodeSelector"] == {"gryvia.io/gpu": "H100"}  # the share is of an H100
+    kubernetes_validate.validate(job, "1.33", strict=True)
+    # Whole-GPU accounting holds nothing; the share is what KAI counts.
+    assert (typed.gpus_per_pod, typed.total_gpus) == (0, 0)
+    assert (typed.gpu_fraction, typed.gpu_share_per_pod, typed.total_gpu_share, typed.uses_gpu) == (
+        0.25,
+        0.25,
+        0.25,
+        True,
+    )
+    replicas, sts = _build(type="inference", distributed={"enabled": True, "nodes": 3}, gpuFraction="0.5")
+    assert sts["kind"] == "StatefulSet" and sts["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] == "0.5"
+    kubernetes_validate.validate(sts, "1.33", strict=True)
+    assert (replicas.total_gpus, replicas.total_gpu_share) == (0, 1.5)
+
+
+def test_whole_gpu_jobs_carry_no_fraction(settings):
+    settings.GRYVIA_ADMISSION = "kai"
+    typed, job = _build(**ONE_POD, gpus=2)
+    assert "annotations" not in job["spec"]["template"]["metadata"]
+    assert (typed.gpu_fraction, typed.total_gpus, typed.total_gpu_share) == (None, 2, 2.0)
+    cpu, _ = _build(**ONE_POD)
+    assert not cpu.uses_gpu
+
+
+BAD_FRACTIONS = [
+    ({"gpuFraction": 0}, "between 0 and 1"),
+    ({"gpuFraction": 1}, "between 0 and 1"),
+    ({"gpuFraction": 1.5}, "between 0 and 1"),
+    ({"gpuFraction": -0.5}, "between 0 and 1"),
+    ({"gpuFraction": "half"}, "number"),
+    ({"gpuFraction": 0.5, "gpus": 1}, "gpus: 1"),
+    ({"gpuFraction": 0.5, "distributed": {"enabled": True, "nodes": 2, "gpusPerNode": 1}}, "gpusPerNode: 1"),
+    ({"gpuFraction": 0.5, "distributed": {"enabled": True, "nodes": 2}}, "distributed ranks"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_FRACTIONS, ids=[m for _, m in BAD_FRACTIONS])
+def test_bad_gpu_fractions_name_the_field(settings, overrides, message):
+    settings.GRYVIA_ADMISSION = "kai"
+    errors = _spec_errors_of({**ONE_POD, **overrides})
+    assert list(errors) == ["spec.gpuFraction"], errors
+    assert message in " ".join(errors["spec.gpuFraction"])
+
+
+@pytest.mark.parametrize("mode", ["native", "kueue"])
+def test_a_gpu_fraction_is_refused_without_the_kai_scheduler(settings, mode):
+    settings.GRYVIA_ADMISSION = mode
+    errors = _spec_errors_of({**ONE_POD, "gpuFraction": 0.5})
+    assert "needs the KAI scheduler (GRYVIA_ADMISSION=kai)" in errors["spec.gpuFraction"][0]
+    assert normalize_spec(spec(**ONE_POD, gpuFraction=None)).get("gpuFraction") is None  # null: whole GPUs

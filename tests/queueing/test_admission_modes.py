@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from apps.cluster.backends.base import CLUSTER_QUEUE, JOB, KAI_QUEUE, LOCAL_QUEUE
+from apps.cluster.backends.base import (
+    ADMISSION_CHECK,
+    CLUSTER_QUEUE,
+    JOB,
+    KAI_QUEUE,
+    KUEUE_TOPOLOGY,
+    LOCAL_QUEUE,
+    MULTIKUEUE_CLUSTER,
+    MULTIKUEUE_CONFIG,
+    RESOURCE_FLAVOR,
+)
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.jobs.reconciler import reconcile_jobs
 from apps.queueing import services as queueing
@@ -50,6 +60,44 @@ def test_kueue_objects_are_generated_valid_and_kept_in_step(cluster, kube):
     cluster.clear_requests()
     assert reconcile_admission_objects(kube, mode="kueue").applied == 0
     assert _writes(cluster) == []
+
+
+def _spec_only(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "status"}
+
+
+def test_multikueue_objects_are_applied_kept_in_step_and_collected_when_turned_off(cluster, kube, settings):
+    settings.GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS = ["worker-a", "worker-b"]
+    assert reconcile_admission_objects(kube, mode="kueue").errors == 0
+    for name in ("worker-a", "worker-b"):
+        mkc = cluster.stored(MULTIKUEUE_CLUSTER, name)
+        crd_schema.validate(_spec_only(mkc))
+        assert mkc["spec"]["kubeConfig"] == {"locationType": "Secret", "location": f"{name}-kubeconfig"}
+    config = cluster.stored(MULTIKUEUE_CONFIG, "gryvia-multikueue")
+    assert config["spec"]["clusters"] == ["worker-a", "worker-b"]
+    check = cluster.stored(ADMISSION_CHECK, "gryvia-multikueue")
+    crd_schema.validate(_spec_only(check))
+    assert check["spec"]["controllerName"] == "kueue.x-k8s.io/multikueue"
+    cq = cluster.stored(CLUSTER_QUEUE, "gryvia-alpha-team-a")
+    crd_schema.validate(_spec_only(cq))
+    assert cq["spec"]["admissionChecks"] == ["gryvia-multikueue"]
+    assert kube.list(KUEUE_TOPOLOGY) == []  # Kueue v0.11 refuses topology-aware flavors with MultiKueue
+    assert all("topologyName" not in f["spec"] for f in kube.list(RESOURCE_FLAVOR))
+    cluster.clear_requests()
+    assert reconcile_admission_objects(kube, mode="kueue").applied == 0
+    assert _writes(cluster) == []
+
+    settings.GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS = ["worker-a"]  # a worker removed
+    assert reconcile_admission_objects(kube, mode="kueue").errors == 0
+    assert [o["metadata"]["name"] for o in kube.list(MULTIKUEUE_CLUSTER)] == ["worker-a"]
+    assert cluster.stored(MULTIKUEUE_CONFIG, "gryvia-multikueue")["spec"]["clusters"] == ["worker-a"]
+
+    settings.GRYVIA_KUEUE_MULTIKUEUE_CLUSTERS = []  # off: the MultiKueue objects go, the queues lose the check
+    assert reconcile_admission_objects(kube, mode="kueue").errors == 0
+    for kind in (MULTIKUEUE_CLUSTER, MULTIKUEUE_CONFIG, ADMISSION_CHECK):
+        assert kube.list(kind) == [], kind.kind
+    assert "admissionChecks" not in cluster.stored(CLUSTER_QUEUE, "gryvia-alpha-team-a")["spec"]
+    assert [t["metadata"]["name"] for t in kube.list(KUEUE_TOPOLOGY)] == ["gryvia-topology"]
 
 
 def test_kueue_mode_job_flow_suspended_admitted_running_evicted(cluster, kube, tenant_a, settings):
@@ -158,3 +206,15 @@ def test_kai_mode_generates_queues_and_pods_for_the_kai_scheduler(cluster, kube,
     reconcile_jobs(kube)
     job.refresh_from_db()
     assert job.phase == "Queued" and "over its quota" in job.message
+
+
+def test_kai_mode_job_with_a_gpu_fraction(cluster, kube, tenant_a, settings):
+    settings.GRYVIA_ADMISSION = "kai"
+    job = make_job(tenant_a, "frac", queueName="team-a", gpuFraction=0.5, distributed={"enabled": False})
+    assert job.typed_spec.total_gpus == 0 and job.typed_spec.total_gpu_share == 0.5
+    reconcile_jobs(kube)
+    template = cluster.stored(JOB, "frac", NS)["spec"]["template"]
+    assert template["metadata"]["annotations"]["gpu-fraction"] == "0.5"
+    assert template["spec"]["schedulerName"] == "kai-scheduler"
+    assert template["metadata"]["labels"]["kai.scheduler/queue"] == "gryvia-alpha-team-a"
+    assert "nvidia.com/gpu" not in str(template["spec"]["containers"])

@@ -122,3 +122,21 @@ def test_unschedulable_reason_is_copied_from_the_pod():
     scheduled = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert kai.unschedulable_reason(scheduled) is None
     assert kai.unschedulable_reason({}) is None
+
+
+def test_a_job_gpu_fraction_survives_the_patch_the_reconciler_applies(settings):
+    """The reconciler calls `pod_template_patch(template, queue=...)` without `gpu_fraction`: the job's fraction
+    comes from the annotation `manifests.workload` put on the template."""
+    settings.GRYVIA_ADMISSION = "kai"
+    typed = JobSpec.of(normalize_spec(spec(distributed={"enabled": False}, gpuFraction=0.5)))
+    job = manifests.workload(
+        typed, name="train", namespace="tenant-acme", uid="0b7c", tenant="acme", api_url="http://gryvia:8000"
+    )
+    template = kai.pod_template_patch(job["spec"]["template"], queue=kai.queue_name("acme", "default"))
+    assert template["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
+    assert template["spec"]["schedulerName"] == "kai-scheduler"
+    assert "nvidia.com/gpu" not in str(template["spec"]["containers"])
+    kubernetes_validate.validate({**job, "spec": {**job["spec"], "template": template}}, "1.33", strict=True)
+    assert kai.gpu_fraction_annotations(1 / 3) == {"gpu-fraction": "0.3333333333333333"}  # reads back exactly
+    with pytest.raises(ValueError):
+        kai.gpu_fraction_annotations(0)

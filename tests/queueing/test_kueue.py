@@ -94,6 +94,71 @@ def test_wrong_objects_fail_the_schema():
                              "spec": {"clusterQueue": "Not_A_Name"}})  # fmt: skip
 
 
+MULTIKUEUE_KINDS = {"MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck"}
+
+
+def _multikueue_objects(clusters=("worker-a", "worker-b")) -> list[dict]:
+    return kueue.cluster_objects(
+        queues=QUEUES,
+        cohorts=[RESEARCH],
+        tenants_by_id={1: ACME, 2: BETA},
+        flavors=["H100", "A100"],
+        multikueue_clusters=list(clusters),
+        kueue_namespace="kueue-system",
+    )
+
+
+def test_multikueue_objects_match_their_crd_schemas_and_every_cluster_queue_carries_the_check():
+    objects = _multikueue_objects()
+    for obj in objects:
+        crd_schema.validate(obj)
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gryvia"
+    kinds = [o["kind"] for o in objects]
+    assert MULTIKUEUE_KINDS <= set(kinds)
+    assert max(kinds.index(k) for k in MULTIKUEUE_KINDS) < kinds.index("ClusterQueue")  # the check exists first
+    workers = _by(objects, "MultiKueueCluster")
+    assert set(workers) == {"worker-a", "worker-b"}
+    assert workers["worker-a"]["spec"] == {"kubeConfig": {"locationType": "Secret", "location": "worker-a-kubeconfig"}}
+    assert workers["worker-a"]["metadata"]["annotations"] == {
+        "gryvia.io/kubeconfig-secret": "kueue-system/worker-a-kubeconfig"
+    }
+    assert _by(objects, "MultiKueueConfig")["gryvia-multikueue"]["spec"] == {"clusters": ["worker-a", "worker-b"]}
+    assert _by(objects, "AdmissionCheck")["gryvia-multikueue"]["spec"] == {
+        "controllerName": "kueue.x-k8s.io/multikueue",
+        "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "gryvia-multikueue"},
+    }
+    cqs = _by(objects, "ClusterQueue")
+    assert set(cqs) == {"gryvia-acme-train", "gryvia-acme-dev", "gryvia-beta-default"}
+    assert all(cq["spec"]["admissionChecks"] == ["gryvia-multikueue"] for cq in cqs.values())
+    # Kueue v0.11 deactivates a ClusterQueue with topology-aware flavors and a MultiKueue check.
+    assert "Topology" not in kinds
+    assert all("topologyName" not in f["spec"] for f in _by(objects, "ResourceFlavor").values())
+
+
+def test_without_multikueue_nothing_multikueue_is_generated():
+    objects = _objects()
+    assert not MULTIKUEUE_KINDS & {o["kind"] for o in objects}
+    assert all("admissionChecks" not in cq["spec"] for cq in _by(objects, "ClusterQueue").values())
+    assert _by(objects, "ResourceFlavor")["any-gpu"]["spec"] == {"topologyName": "gryvia-topology"}
+
+
+def test_wrong_multikueue_objects_fail_the_schema():
+    objects = _multikueue_objects()
+    config = copy.deepcopy(_by(objects, "MultiKueueConfig")["gryvia-multikueue"])
+    config["spec"]["clusters"] = [f"w{i}" for i in range(11)]  # Kueue takes at most 10 workers
+    assert crd_schema.errors(config)
+    check = copy.deepcopy(_by(objects, "AdmissionCheck")["gryvia-multikueue"])
+    check["spec"]["parameters"]["kind"] = "MultiKueue_Config"
+    del check["spec"]["controllerName"]
+    assert len(crd_schema.errors(check)) == 2
+    worker = copy.deepcopy(_by(objects, "MultiKueueCluster")["worker-a"])
+    worker["spec"]["kubeConfig"]["locationType"] = "ConfigMap"
+    assert crd_schema.errors(worker)
+    cq = copy.deepcopy(_by(objects, "ClusterQueue")["gryvia-acme-train"])
+    cq["spec"]["admissionChecks"] = "gryvia-multikueue"  # a list, not a name
+    assert crd_schema.errors(cq)
+
+
 def test_flavors_topology_and_cohorts():
     objects = _objects()
     flavors = _by(objects, "ResourceFlavor")

@@ -61,6 +61,9 @@ WORKLOAD_PRIORITY_CLASS = ResourceKind(
 )
 KUEUE_COHORT = ResourceKind("kueue.x-k8s.io/v1alpha1", "Cohort", "cohorts", False)
 KUEUE_TOPOLOGY = ResourceKind("kueue.x-k8s.io/v1alpha1", "Topology", "topologies", False)
+ADMISSION_CHECK = ResourceKind("kueue.x-k8s.io/v1beta1", "AdmissionCheck", "admissionchecks", False)
+MULTIKUEUE_CONFIG = ResourceKind("kueue.x-k8s.io/v1beta1", "MultiKueueConfig", "multikueueconfigs", False)
+MULTIKUEUE_CLUSTER = ResourceKind("kueue.x-k8s.io/v1beta1", "MultiKueueCluster", "multikueueclusters", False)
 KAI_QUEUE = ResourceKind("scheduling.run.ai/v2", "Queue", "queues", False)
 
 KINDS: dict[tuple[str, str], ResourceKind] = {
@@ -89,6 +92,9 @@ KINDS: dict[tuple[str, str], ResourceKind] = {
         WORKLOAD_PRIORITY_CLASS,
         KUEUE_COHORT,
         KUEUE_TOPOLOGY,
+        ADMISSION_CHECK,
+        MULTIKUEUE_CONFIG,
+        MULTIKUEUE_CLUSTER,
         KAI_QUEUE,
     )
 }
