@@ -13,8 +13,11 @@ kmock 0.8's KubernetesEmulator is an in-memory object store behind HTTP. `Gryvia
   paths are parsed here and fed to the same store: create/get/list/patch/apply/delete/watch all work, and deleting
   a Namespace deletes every object in it. Other cluster-scoped kinds (PriorityClass...) already work in kmock.
 * Server-side apply (PATCH with `application/apply-patch+yaml`): creates the object when absent (kmock answers 404)
-  and otherwise replaces it with the applied manifest, keeping `status` and server-set metadata, like a single
-  field manager with force=true. Other PATCH types stay kmock's recursive JSON merge.
+  and otherwise merges the applied manifest into it, with force=true and per `fieldManager`, as an API server does:
+  maps merge key by key, lists and scalars are replaced whole (atomic), and the fields the manager applied last
+  time but omits now are removed; fields others wrote (status, labels set by other clients) stay. A
+  `metadata.resourceVersion` in any PATCH is a precondition: 409 when it is not the stored one (or the object is
+  gone). Other PATCH types stay kmock's recursive JSON merge.
 * Server-set metadata on create: `namespace` from the URL (kmock's watch needs it), `uid`, `creationTimestamp`,
   `generateName`, and a cluster-wide `resourceVersion` bumped on every write.
 * LIST and WATCH filter by `labelSelector` (equality-based) and `fieldSelector` (dotted paths); lists return
@@ -51,7 +54,6 @@ T = TypeVar("T")
 APPLY_PATCH = "application/apply-patch+yaml"
 NAMESPACES = kmock.resource("", "v1", "namespaces")
 _NAMESPACE_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
-_SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "finalizers", "generation")
 
 
 def _group_version(api_version: str) -> tuple[str, str]:
@@ -90,6 +92,54 @@ def fields_match(obj: dict[str, Any], selector: str) -> bool:
     return True
 
 
+# Fields an apply names without owning them.
+_UNOWNED = {
+    ("apiVersion",),
+    ("kind",),
+    ("metadata", "name"),
+    ("metadata", "namespace"),
+    ("metadata", "resourceVersion"),
+}
+
+
+def _applied_paths(obj: dict[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The fields an apply sets: map keys all the way down; lists and scalars are leaves (atomic)."""
+    paths: set[tuple[str, ...]] = set()
+    for key, value in obj.items():
+        path = (*prefix, key)
+        if isinstance(value, dict) and value:
+            paths |= _applied_paths(value, path)
+        else:
+            paths.add(path)
+    return paths - _UNOWNED if not prefix else paths
+
+
+def _drop_path(obj: dict[str, Any], path: tuple[str, ...]) -> None:
+    """Remove the field at `path`, and the maps that removal leaves empty."""
+    parents: list[tuple[dict[str, Any], str]] = []
+    node = obj
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            return
+        parents.append((node, key))
+        node = child
+    node.pop(path[-1], None)
+    for parent, key in reversed(parents):
+        if parent[key]:
+            break
+        del parent[key]
+
+
+def _merge_applied(base: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any]:
+    for key, value in applied.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge_applied(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
 def _merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A JSON merge patch (None deletes) that turns `old` into `new`."""
     patch: dict[str, Any] = {key: None for key in old if key not in new}
@@ -107,6 +157,10 @@ class GryviaEmulator(kmock.KubernetesEmulator):
 
     honor_watch_timeout: bool = True
     _revision: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    # (resource, namespace, name, field manager) -> the fields that manager's last apply set
+    _applied: dict[tuple[Any, str | None, str | None, str], set[tuple[str, ...]]] = attrs.field(
+        factory=dict, init=False
+    )
     _last_revision: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -177,14 +231,34 @@ class GryviaEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if request.resource is not None and request.subresource is None and isinstance(request.data, dict):
+            conflict = self._version_conflict(request)
+            if conflict:
+                body = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 409, "message": conflict}
+                return aiohttp.web.json_response(body, status=409)
             prepared = self._prepare_write(request)
             if prepared is not request:  # kmock matches reactions by the identity of recorded requests
                 index = next(i for i in range(len(self._requests) - 1, -1, -1) if self._requests[i] is request)
                 self._requests[index] = request = prepared
         response = await super()._handle(request)
+        if request.action == kmock.action.DELETE and response.status < 300:
+            for key in [k for k in self._applied if k[:3] == (request.resource, request.namespace, request.name)]:
+                del self._applied[key]
         if request.resource == NAMESPACES and request.action == kmock.action.DELETE and response.status < 300:
             await self._cascade_namespace_delete(request.name)
         return response
+
+    def _version_conflict(self, request: kmock.Request) -> str | None:
+        """Why a PATCH naming a `metadata.resourceVersion` fails its precondition (None: it does not)."""
+        wanted = ((request.data or {}).get("metadata") or {}).get("resourceVersion")
+        if request.action != kmock.action.UPDATE or not wanted:
+            return None
+        stored = self._stored(request)
+        actual = ((stored or {}).get("metadata") or {}).get("resourceVersion")
+        if stored is None:
+            return f"{request.name}: the object no longer exists (resourceVersion {wanted})"
+        if str(actual) != str(wanted):
+            return f"{request.name}: the object has been modified; please apply your changes to the latest version"
+        return None
 
     def _stored(self, request: kmock.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
@@ -198,6 +272,10 @@ class GryviaEmulator(kmock.KubernetesEmulator):
             old = self._stored(request) if request.action == kmock.action.UPDATE else None
             data = copy.deepcopy(request.data)
             meta = data.setdefault("metadata", {})
+            owner = (request.resource, request.namespace, request.name, request.params.get("fieldManager", ""))
+            if is_apply:
+                previous = self._applied.get(owner, set())
+                self._applied[owner] = _applied_paths(request.data)
             if old is None:  # a POST, or an apply of an object that does not exist yet: create it
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
@@ -209,16 +287,13 @@ class GryviaEmulator(kmock.KubernetesEmulator):
                 meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
                 meta["resourceVersion"] = self._next_revision()
                 return attrs.evolve(request, data=data, action=kmock.action.CREATE)
-            # An apply of an existing object: the applied manifest wins; status and server metadata survive.
-            for key in _SERVER_METADATA:
-                if key in old.get("metadata", {}):
-                    meta.setdefault(key, old["metadata"][key])
-            if request.namespace:
-                meta.setdefault("namespace", request.namespace)
-            if "status" in old:
-                data.setdefault("status", old["status"])
-            meta["resourceVersion"] = self._next_revision()
-            return attrs.evolve(request, data=_merge_diff(old, data))
+            # An apply of an existing object: drop what this manager applied before and omits now, then merge.
+            merged = copy.deepcopy(old)
+            for path in previous - self._applied[owner]:
+                _drop_path(merged, path)
+            merged = _merge_applied(merged, request.data)
+            merged.setdefault("metadata", {})["resourceVersion"] = self._next_revision()
+            return attrs.evolve(request, data=_merge_diff(old, merged))
         if request.action == kmock.action.UPDATE and self._stored(request) is not None:
             data = copy.deepcopy(request.data)
             data.setdefault("metadata", {})["resourceVersion"] = self._next_revision()

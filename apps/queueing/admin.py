@@ -125,10 +125,16 @@ class ReservationAdmin(_ServiceAdmin):
     spec_fields = services.RESERVATION_FIELDS
     create_fields = ("tenant",)
     filterset_class = ReservationFilterSet
-    list_display = ("id", "tenant", "gpu_type", "count", "start_at", "end_at", "created_at")
+    list_display = ("id", "tenant", "gpu_type", "count", "start_at", "end_at", "status_claimed_gpus", "created_at")
     list_filter = ("gpu_type", "tenant")
     search_fields = ("gpu_type", "tenant__slug", "description")
-    readonly_fields = ("created_at",)
+    readonly_fields = (
+        "status_claimed_nodes",
+        "status_claimed_gpus",
+        "status_message",
+        "status_updated_at",
+        "created_at",
+    )
 
 
 @admin.register(GpuNode)

@@ -107,13 +107,23 @@ class PriorityClass(TimestampedModel):
 
 
 class Reservation(TenantOwnedModel):
-    """`count` GPUs of `gpu_type` held for one tenant from `start_at` to `end_at`; set by platform staff."""
+    """`count` GPUs of `gpu_type` held for one tenant from `start_at` to `end_at`; set by platform staff.
+
+    While active, the reservation reconciler (apps.queueing.reservations) claims whole nodes for it (label and
+    taint `gryvia.io/reserved=<tenant>`); `status_*` is that reconciler's last view: the nodes it holds, their
+    GPUs, and a message saying what is short when not enough matching nodes are free.
+    """
 
     gpu_type = models.CharField(max_length=63, help_text="GPU type label value, e.g. H100")
     count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     start_at = models.DateTimeField(db_index=True)
     end_at = models.DateTimeField(db_index=True)
     description = models.TextField(blank=True, default="")
+
+    status_claimed_nodes = models.JSONField(default=list, blank=True, help_text="names of the nodes claimed for it")
+    status_claimed_gpus = models.PositiveIntegerField(default=0, help_text="GPUs on the claimed nodes")
+    status_message = models.TextField(blank=True, default="")
+    status_updated_at = models.DateTimeField(null=True, blank=True)
 
     AUDIT_FIELDS = ("gpu_type", "count", "start_at", "end_at", "description")
 

@@ -66,6 +66,26 @@ def reservations_active(tenant_id: int, now: dt.datetime | None = None) -> Query
     return Reservation.all_tenants.filter(tenant_id=tenant_id, start_at__lte=now, end_at__gt=now).order_by("start_at")
 
 
+def all_reservations_active(now: dt.datetime | None = None) -> QuerySet[Reservation]:
+    """Every tenant's reservations holding GPUs at `now` (archived tenants' excluded), earliest start first."""
+    now = now or timezone.now()
+    return (
+        Reservation.all_tenants.filter(start_at__lte=now, end_at__gt=now, tenant__archived_at__isnull=True)
+        .select_related("tenant")
+        .order_by("start_at", "pk")
+    )
+
+
+def reserved_gpus(now: dt.datetime | None = None) -> dict[int, dict[str, int]]:
+    """tenant id -> GPU type -> GPUs reserved at `now`: the sum of the tenant's active reservations per type, with
+    the type as the reservations spell it ("H100"). One query; tenants without an active reservation are absent."""
+    reserved: dict[int, dict[str, int]] = {}
+    for tenant_id, gpu_type, count in all_reservations_active(now).values_list("tenant_id", "gpu_type", "count"):
+        by_type = reserved.setdefault(tenant_id, {})
+        by_type[gpu_type] = by_type.get(gpu_type, 0) + count
+    return reserved
+
+
 def all_queues() -> QuerySet[Queue]:
     """Every tenant's queues (the admission cycle's input), with their cohorts."""
     return Queue.all_tenants.select_related("cohort").order_by("pk")

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.audit import audit_record, snapshot
+from apps.core.periodic import nudge
 from apps.core.principal import Principal
 from apps.tenants.models import Tenant
 
@@ -34,6 +35,7 @@ QUEUE_FIELDS = ("cohort", "weight", "quotas")
 COHORT_FIELDS = ("description",)
 PRIORITY_CLASS_FIELDS = ("value", "preemption_policy", "description", "is_default")
 RESERVATION_FIELDS = ("gpu_type", "count", "start_at", "end_at", "description")
+RECONCILE_RESERVATIONS = "reconcile-reservations"  # claims follow a change at once rather than at the next tick
 _TYPES = {Cohort: "cohort", Queue: "queue", PriorityClass: "priority_class", Reservation: "reservation"}
 
 
@@ -383,6 +385,7 @@ def reservation_create(
     _check_reservation(reservation)
     reservation.save()
     _audit(actor, "reservation.create", reservation, None, snapshot(reservation, Reservation.AUDIT_FIELDS))
+    nudge(RECONCILE_RESERVATIONS)
     return reservation
 
 
@@ -399,6 +402,7 @@ def reservation_update(*, actor: Principal, reservation: Reservation, **changes:
     if after != before:
         reservation.save()
         _audit(actor, "reservation.update", reservation, before, after)
+        nudge(RECONCILE_RESERVATIONS)
     return reservation
 
 
@@ -407,6 +411,7 @@ def reservation_delete(*, actor: Principal, reservation: Reservation) -> None:
     _require_platform(actor, "reservations")
     _audit(actor, "reservation.delete", reservation, snapshot(reservation, Reservation.AUDIT_FIELDS), None)
     reservation.delete()
+    nudge(RECONCILE_RESERVATIONS)
 
 
 def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pending: dict[tuple[int, str], int]) -> int:

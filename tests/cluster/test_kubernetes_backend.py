@@ -16,6 +16,7 @@ from apps.cluster.backends.base import (
     LIMIT_RANGE,
     NAMESPACE,
     NETWORK_POLICY,
+    NODE,
     POD,
     PRIORITY_CLASS,
     RESOURCE_QUOTA,
@@ -141,6 +142,41 @@ def test_apply_of_namespaced_kind_without_namespace_is_invalid(backend: Kubernet
     with pytest.raises(InvalidError):
         backend.apply(manifest)
     assert cluster.requests() == []
+
+
+def test_apply_to_a_node_owns_only_the_fields_it_sets(backend: KubernetesBackend, cluster: KmockCluster) -> None:
+    """A partial Node manifest (a reservation claim): the cluster-scoped path, labels merged with what others
+    wrote, the atomic taint list set whole, and a resourceVersion precondition."""
+    vendor = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    claim = {"key": "gryvia.io/reserved", "value": "alpha", "effect": "NoSchedule"}
+    cluster.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "H100"}},
+            "spec": {"taints": [vendor]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+    )
+    seeded = cluster.stored(NODE, "gpu-1")["metadata"].get("resourceVersion") or "1"  # stale after the applies
+    labelled = {"name": "gpu-1", "labels": {"gryvia.io/reserved": "alpha"}}
+    applied = backend.apply(
+        {"apiVersion": "v1", "kind": "Node", "metadata": labelled, "spec": {"taints": [vendor, claim]}}
+    )
+    assert cluster.last_request("PATCH").path == "/api/v1/nodes/gpu-1"
+    assert applied["metadata"]["labels"] == {"nvidia.com/gpu.product": "H100", "gryvia.io/reserved": "alpha"}
+    assert applied["spec"]["taints"] == [vendor, claim] and applied["status"] == {
+        "allocatable": {"nvidia.com/gpu": "8"}
+    }
+    released = backend.apply(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}, "spec": {"taints": [vendor]}}
+    )
+    assert released["metadata"]["labels"] == {"nvidia.com/gpu.product": "H100"}  # our label went, theirs stayed
+    assert released["spec"]["taints"] == [vendor]
+    for stale in ({"name": "gpu-1", "resourceVersion": seeded}, {"name": "gone", "resourceVersion": seeded}):
+        with pytest.raises(ConflictError):
+            backend.apply({"apiVersion": "v1", "kind": "Node", "metadata": stale})
+    assert cluster.stored(NODE, "gone") is None  # a precondition never creates
 
 
 def test_delete_true_then_false(backend: KubernetesBackend, cluster: KmockCluster) -> None:

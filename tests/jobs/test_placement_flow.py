@@ -1,18 +1,24 @@
 """Placement wired into admission (against kmock): Nodes with GPU feature discovery labels become GpuNode rows;
 a 2x4 H100 gang asking for one rack lands in one rack with its scores recorded and required affinity to exactly
-those nodes; unhealthy nodes are never chosen; reserved nodes stay off other tenants' jobs."""
+those nodes; unhealthy nodes are never chosen; nodes a reservation claims stay off other tenants' jobs."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import kubernetes_validate
 import pytest
+from django.utils import timezone
 
-from apps.cluster.backends.base import JOB
+from apps.cluster.backends.base import JOB, NODE
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.jobs.models import Job
 from apps.jobs.reconciler import reconcile_jobs
+from apps.queueing import services as queueing_services
 from apps.queueing.models import GpuNode
+from apps.queueing.reservations import reconcile_reservations
 from apps.tenants.reconciler import reconcile_tenants
+from tests.factories import ACTOR
 from tests.jobs.factories import make_job
 from tests.kmock_cluster import running_kmock
 
@@ -20,7 +26,7 @@ pytestmark = pytest.mark.django_db
 NS = "tenant-alpha"
 
 
-def gpu_node(name: str, *, rack: str, gpus: int = 8, healthy: bool = True, reserved_for: str | None = None) -> dict:
+def gpu_node(name: str, *, rack: str, gpus: int = 8, healthy: bool = True) -> dict:
     labels = {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.count": str(gpus),
@@ -35,11 +41,6 @@ def gpu_node(name: str, *, rack: str, gpus: int = 8, healthy: bool = True, reser
     spec: dict = {}
     if not healthy:
         spec["taints"] = [{"key": "gryvia.io/gpu-unhealthy", "effect": "NoSchedule"}]
-    if reserved_for:
-        labels["gryvia.io/reserved"] = reserved_for
-        spec.setdefault("taints", []).append(
-            {"key": "gryvia.io/reserved", "value": reserved_for, "effect": "NoSchedule"}
-        )
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -121,7 +122,13 @@ def test_unhealthy_nodes_are_never_chosen(cluster, kube, tenant_a):
 
 
 def test_reserved_nodes_stay_off_other_tenants_jobs(cluster, kube, tenant_a, tenant_b):
-    cluster.seed(gpu_node("reserved", rack="r1", reserved_for="bravo"))
+    cluster.seed(gpu_node("reserved", rack="r1"))
+    start = timezone.now() - dt.timedelta(minutes=1)
+    reservation = queueing_services.reservation_create(
+        actor=ACTOR, tenant=tenant_b, gpu_type="H100", count=8, start_at=start, end_at=start + dt.timedelta(hours=1)
+    )
+    assert reconcile_reservations(kube).applied == 1  # the reservation claims the node: label and taint
+    assert cluster.stored(NODE, "reserved")["metadata"]["labels"]["gryvia.io/reserved"] == "bravo"
     other = make_job(tenant_a, "other", gpus=1, distributed={"enabled": False})
     owner = make_job(tenant_b, "owner", gpus=1, distributed={"enabled": False})
     reconcile_jobs(kube)
@@ -132,6 +139,11 @@ def test_reserved_nodes_stay_off_other_tenants_jobs(cluster, kube, tenant_a, ten
     assert {"key": "gryvia.io/reserved", "operator": "Equal", "value": "bravo", "effect": "NoSchedule"} in tolerations
     assert other.phase == "Queued" and other.reason == "WaitingForPlacement" and not other.placement
     assert Job.all_tenants.get(pk=other.pk).message.startswith("waiting for placement")
+    # The reservation ends: its claim is released and the other tenant's job may use the node.
+    assert reconcile_reservations(kube, now=reservation.end_at).deleted == 1
+    reconcile_jobs(kube)
+    other.refresh_from_db()
+    assert other.placement["nodes"] == ["reserved"]
 
 
 def test_a_finished_placed_job_is_not_applied_again(cluster, kube, tenant_a):

@@ -3,9 +3,10 @@ the same API as Kubernetes (apply, list by label, watch, ...), so every reconcil
 
 Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job` or `apps/v1
 StatefulSet` becomes local processes, with Pods and `status` kept as a cluster would (see local_workloads.py). One
-Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus). Files live under `data_dir`: `logs/<ns>/<pod>.log`,
-`volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`. After a restart the store is empty and the reconcilers rebuild
-it on their first pass.
+Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
+and taints, as one field manager's (what a later apply omits goes again), so reservation claims work as on a cluster.
+Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`. After a
+restart the store is empty and the reconcilers rebuild it on their first pass.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class LocalBackend:
         self._tmp_dir: Path | None = None
         self._supervisor: WorkloadSupervisor | None = None
         self._started = _now()
+        self._node_applied: dict[str, Any] = {"labels": {}, "annotations": {}, "taints": None}
         self.calls: dict[str, int] = {}
 
     @property
@@ -124,9 +126,36 @@ class LocalBackend:
         ref = ObjectRef.of(manifest)
         with self._cond:
             self._count("apply")
+            if ref.kind == NODE:
+                return self._apply_node(ref, manifest)
             self._require_namespace(ref)
-            exists = self._key(ref) in self._objects
-            return self._put(ref, manifest, "MODIFIED" if exists else "ADDED")
+            previous = self._objects.get(self._key(ref))
+            self._check_version(ref, previous, manifest)
+            return self._put(ref, manifest, "MODIFIED" if previous is not None else "ADDED")
+
+    @staticmethod
+    def _check_version(ref: ObjectRef, current: dict[str, Any] | None, manifest: dict[str, Any]) -> None:
+        """A `metadata.resourceVersion` in a write is a precondition, as on an API server."""
+        wanted = (manifest.get("metadata") or {}).get("resourceVersion")
+        actual = ((current or {}).get("metadata") or {}).get("resourceVersion")
+        if wanted and current is not None and wanted != actual:
+            raise ConflictError(f"{ref}: the object has been modified (resourceVersion {wanted}, now {actual})")
+
+    def _apply_node(self, ref: ObjectRef, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The one Node stays this machine's: an apply sets only its labels, annotations and `spec.taints`."""
+        if ref.name != NODE_NAME:
+            raise NotFoundError(f'nodes "{ref.name}" not found (the local backend has one Node, "{NODE_NAME}")')
+        self._ensure_node()
+        self._check_version(ref, self._objects.get(self._key(ref)), manifest)
+        meta = manifest.get("metadata") or {}
+        spec = manifest.get("spec") or {}
+        self._node_applied = {
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+            "taints": copy.deepcopy(spec["taints"]) if "taints" in spec else None,
+        }
+        self._ensure_node()
+        return copy.deepcopy(self._objects[self._key(ref)])
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
@@ -143,14 +172,20 @@ class LocalBackend:
                 raise NotFoundError(f'namespaces "{ref.namespace}" not found')
 
     def _ensure_node(self) -> None:
-        """The one Node, `local`, (re)written when this machine's GPU inventory reads differently."""
+        """The one Node, `local`, (re)written when this machine's GPU inventory or what was applied to it changed."""
         node = node_object(gpu_inventory(), since=self._started)
+        applied = self._node_applied
+        node["metadata"]["labels"].update(applied["labels"])
+        if applied["annotations"]:
+            node["metadata"]["annotations"] = dict(applied["annotations"])
+        if applied["taints"] is not None:
+            node["spec"]["taints"] = copy.deepcopy(applied["taints"])
         ref = ObjectRef(NODE, NODE_NAME)
         current = self._objects.get(self._key(ref))
         if (
             current is None
-            or current.get("status") != node["status"]
-            or current["metadata"].get("labels") != (node["metadata"]["labels"])
+            or any(current.get(part) != node.get(part) for part in ("status", "spec"))
+            or any(current["metadata"].get(part) != node["metadata"].get(part) for part in ("labels", "annotations"))
         ):
             self._store(ref, node, "MODIFIED" if current else "ADDED")
 

@@ -97,14 +97,35 @@ class PriorityClassSerializer(ManifestSerializerMixin, StrictModelSerializer):
         return fields
 
 
+class ReservationStatusSerializer(serializers.Serializer):
+    claimed_nodes = serializers.ListField(
+        child=serializers.CharField(), source="status_claimed_nodes", help_text="nodes claimed for the reservation"
+    )
+    claimed_gpus = serializers.IntegerField(source="status_claimed_gpus", help_text="GPUs on the claimed nodes")
+    message = serializers.CharField(source="status_message", help_text="what it holds, or what is short and why")
+    updated_at = serializers.DateTimeField(source="status_updated_at")
+
+
 class ReservationSerializer(StrictModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     count = serializers.IntegerField(min_value=1)
     active = serializers.SerializerMethodField()
+    status = ReservationStatusSerializer(source="*", read_only=True)
 
     class Meta:
         model = Reservation
-        fields = ("id", "tenant", "gpu_type", "count", "start_at", "end_at", "description", "active", "created_at")
+        fields = (
+            "id",
+            "tenant",
+            "gpu_type",
+            "count",
+            "start_at",
+            "end_at",
+            "description",
+            "active",
+            "created_at",
+            "status",
+        )
         read_only_fields = ("id", "created_at")
 
     def get_active(self, reservation: Reservation) -> bool:

@@ -16,6 +16,7 @@ GRYVIA_PERIODIC = {
     "reconcile-jobs": ("apps.jobs.reconciler.reconcile_jobs", 2.0),
     "reconcile-priority-classes": ("apps.queueing.reconciler.reconcile_priority_classes", 30.0),
     "reconcile-admission-objects": ("apps.queueing.admission_objects.reconcile_admission_objects", 30.0),
+    "reconcile-reservations": ("apps.queueing.reservations.reconcile_reservations", 30.0),
 }
 
 CELERY_BEAT_SCHEDULE = {
