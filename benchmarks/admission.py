@@ -160,6 +160,7 @@ def _seed(size: int, submit: str) -> int:
     from apps.core.audit import snapshot
     from apps.core.models import AuditEntry
     from apps.core.principal import system
+    from apps.jobs.admission_inputs import Priorities, admission_fields
     from apps.jobs.models import Job, JobEvent
     from apps.jobs.services import job_create
     from apps.jobs.spec import normalize_spec
@@ -178,7 +179,16 @@ def _seed(size: int, submit: str) -> int:
 
     def spec(cls: str, queue: str) -> dict[str, Any]:
         _share, gpus, _runtime, priority = CLASSES[cls]
-        return {"type": "training", "image": "busybox:1.36", "gpus": gpus, "priority": priority, "queueName": queue}
+        # Collected as soon as they finish (ttlSecondsAfterFinished 0), as Kueue's test deletes finished workloads:
+        # a finished job's objects would otherwise stay listed for the default week.
+        return {
+            "type": "training",
+            "image": "busybox:1.36",
+            "gpus": gpus,
+            "priority": priority,
+            "queueName": queue,
+            "ttlSecondsAfterFinished": 0,
+        }
 
     plan = _class_plan(size)
     if submit == "service":
@@ -189,6 +199,8 @@ def _seed(size: int, submit: str) -> int:
     # Bulk rows equal to job_create's: the normalized spec, the Job row, its `job.create` audit row and its
     # `Submitted` event (job_create's broadcast and reconcile nudge have no listener here).
     normalized = {(cls, g): normalize_spec(spec(cls, queues[g][1])) for cls in CLASSES for g in range(len(queues))}
+    priorities = Priorities()
+    columns = {key: admission_fields(value, priorities) for key, value in normalized.items()}
     with transaction.atomic():
         jobs = [
             Job(
@@ -197,6 +209,7 @@ def _seed(size: int, submit: str) -> int:
                 spec=normalized[(cls, g)],
                 submitted_by=actor.label,
                 current_nodes=0,
+                **columns[(cls, g)],
             )
             for index, (cls, g) in enumerate(plan)
         ]

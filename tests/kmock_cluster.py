@@ -432,13 +432,28 @@ class KmockCluster:
         return self.call(install)
 
     def seed(self, manifest: dict[str, Any]) -> None:
-        """Store an object directly (no request recorded, no watch event), e.g. Events or Pods a test reads."""
+        """Store an object directly (no request recorded, no watch event), e.g. Events or Pods a test reads.
+
+        Like any write to an API server, it gets a new `resourceVersion` (clients rely on it to notice changes).
+        """
         group, version = _group_version(manifest["apiVersion"])
         kind = next(k for k in KINDS.values() if k.api_version == manifest["apiVersion"] and k.kind == manifest["kind"])
+        manifest = copy.deepcopy(manifest)
         meta = manifest["metadata"]
         namespace = meta.get("namespace") if kind.namespaced else None
         key = (kmock.resource(group, version, kind.plural), namespace, meta["name"])
-        self.call(lambda: self.emulator.objects.__setitem__(key, copy.deepcopy(manifest)))
+
+        def store() -> None:
+            meta["resourceVersion"] = self.emulator._next_revision()
+            self.emulator.objects[key] = manifest
+
+        self.call(store)
+
+    def unseed(self, kind: Any, name: str, namespace: str | None = None) -> None:
+        """Remove a stored object directly (e.g. a Pod whose grace period has ended)."""
+        group, version = _group_version(kind.api_version)
+        key = (kmock.resource(group, version, kind.plural), namespace, name)
+        self.call(lambda: self.emulator.objects[key].delete())
 
     def stored(self, kind: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The stored object for a ResourceKind (or anything with `api_version`, `plural`), None when absent."""

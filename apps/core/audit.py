@@ -46,17 +46,53 @@ def audit_record(
     after: dict[str, Any] | None,
 ) -> AuditEntry:
     """Write one audit row in the caller's transaction, and broadcast the change once it commits."""
-    entry = AuditEntry.all_tenants.create(
-        tenant_id=tenant_id,
-        tenant_slug=tenant_slug,
-        actor=actor.label[:200],
-        actor_user_id=actor.user_id,
-        action=action,
-        object_type=object_type,
-        object_id=object_id,
-        object_repr=str(obj)[:300],
-        before=before,
-        after=after,
+    return audit_record_many(
+        [
+            dict(
+                actor=actor,
+                action=action,
+                obj=obj,
+                object_type=object_type,
+                object_id=object_id,
+                tenant_id=tenant_id,
+                tenant_slug=tenant_slug,
+                before=before,
+                after=after,
+            )
+        ]
+    )[0]
+
+
+def audit_record_many(records: list[dict[str, Any]]) -> list[AuditEntry]:
+    """`audit_record` for many changes (each a dict of its keyword arguments): one INSERT, one broadcast trip."""
+    entries = [
+        AuditEntry(
+            tenant_id=r["tenant_id"],
+            tenant_slug=r.get("tenant_slug", ""),
+            actor=r["actor"].label[:200],
+            actor_user_id=r["actor"].user_id,
+            action=r["action"],
+            object_type=r["object_type"],
+            object_id=r["object_id"],
+            object_repr=str(r["obj"])[:300],
+            before=r["before"],
+            after=r["after"],
+        )
+        for r in records
+    ]
+    if not entries:
+        return []
+    entries = AuditEntry.all_tenants.bulk_create(entries, batch_size=1000)
+    events.broadcast_many(
+        [
+            {
+                "tenant_id": r["tenant_id"],
+                "kind": r["object_type"],
+                "object_id": r["object_id"],
+                "event": r["action"],
+                "data": r["after"],
+            }
+            for r in records
+        ]
     )
-    events.broadcast(tenant_id=tenant_id, kind=object_type, object_id=object_id, event=action, data=after)
-    return entry
+    return entries

@@ -83,6 +83,8 @@ class OwnerReconciler(ABC, Generic[Owner]):
         self.backend = backend
         self.max_per_pass = max_per_pass
         self.budget_s = budget_s
+        self.live_by_owner: dict[str | None, dict[str, dict[str, Any]]] = {}
+        self.observed_by_owner: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
 
     # -- what a subclass provides -----------------------------------------------------------------------------
 
@@ -123,6 +125,16 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
         `observed` holds this pass's objects of the observed kinds, by owner key and kind.
         """
+
+    def owners_alive(self, keys: set[str]) -> set[str]:
+        """Of these owner keys, named by live objects but not among this pass's `owners()`, those whose owner still
+        exists (its objects are kept). Default: none; a reconciler whose `owners()` leaves out owners that need
+        nothing this pass (jobs waiting in a queue) says here which of them exist, so their objects are no orphans.
+        """
+        return set()
+
+    def end_pass(self) -> None:
+        """After the owners, before orphans are collected: write back what the pass buffered."""
 
     def needs_work(self, owner: Owner, live: dict[str, dict[str, Any]]) -> bool:
         """Default: a spec change not yet observed, or live objects that differ from what was applied."""
@@ -169,6 +181,8 @@ class OwnerReconciler(ABC, Generic[Owner]):
                 stats.lists += 1
                 for obj in self.backend.list(kind, label_selector=self.label_selector):
                     extra.setdefault(self.owner_key_of(obj), {}).setdefault(kind.kind, []).append(obj)
+            # What owners() may look at to leave out owners with nothing to do: their live and observed objects.
+            self.live_by_owner, self.observed_by_owner = observed, extra
             self.begin_pass(extra)
         except ClusterError as exc:
             stats.errors += 1
@@ -192,6 +206,9 @@ class OwnerReconciler(ABC, Generic[Owner]):
             live = self._reconcile_one(owner, live, stats)
             if live is not None:
                 self._observe(owner, live, extra.get(key, {}), stats)
+        self.end_pass()
+        leftover = {key for key in observed if key is not None and key not in live_owner_keys}
+        live_owner_keys |= self.owners_alive(leftover) if leftover else set()
         for key, objects in observed.items():
             if key in live_owner_keys:
                 continue

@@ -13,6 +13,7 @@ from apps.tenants.admin import admin_principal
 from . import services
 from .api.filters import JobFilterSet
 from .models import Job, JobEvent
+from .selectors import with_queue_positions
 from .spec import normalize_spec
 
 
@@ -52,7 +53,18 @@ class JobAdminForm(forms.ModelForm):
 class JobAdmin(FilterSetAdminMixin, admin.ModelAdmin):
     form = JobAdminForm
     filterset_class = JobFilterSet
-    list_display = ("name", "tenant", "phase", "reason", "current_nodes", "gpus_allocated", "attempts", "created_at")
+    list_display = (
+        "name",
+        "tenant",
+        "phase",
+        "reason",
+        "queue_name",
+        "queue_place",
+        "current_nodes",
+        "gpus_allocated",
+        "attempts",
+        "created_at",
+    )
     list_filter = ("phase", "tenant")
     search_fields = ("name", "tenant__slug", "uid")
     readonly_fields = (
@@ -63,6 +75,10 @@ class JobAdmin(FilterSetAdminMixin, admin.ModelAdmin):
         "phase",
         "reason",
         "message",
+        "queue_name",
+        "queue_place",
+        "priority",
+        "request",
         "conditions",
         "start_time",
         "completion_time",
@@ -85,6 +101,14 @@ class JobAdmin(FilterSetAdminMixin, admin.ModelAdmin):
     )
     inlines = [JobEventInline]
     actions = ["cancel"]
+
+    def get_queryset(self, request):
+        return with_queue_positions(super().get_queryset(request))
+
+    @admin.display(description="position")
+    def queue_place(self, obj: Job) -> str:
+        """`3 of 7` in its queue while it waits (read now, like the API's status.queuePosition)."""
+        return f"{obj.queue_position} of {obj.queue_length}" if obj.queue_position else "-"
 
     def get_readonly_fields(self, request, obj=None):
         return (*self.readonly_fields, "tenant", "name", "spec") if obj else self.readonly_fields

@@ -3,20 +3,28 @@
 Pure (no I/O): the job reconciler feeds it the waiting jobs, what admitted jobs hold, the queues and the free
 capacity, and applies the decisions. Rules, in the spirit of Kueue's ClusterQueues and cohorts:
 
-* Order: priority (high first), then jobs within their queue's nominal quota before jobs that would borrow,
-  then the tenant's dominant resource share within its cohort divided by its queue's weight (low first: fair
-  share), then submission time.
+* Order: within a queue, priority (high first), then submission time. Across queues, the queues' next jobs:
+  those within their queue's nominal quota before those that would borrow (as in Kueue, so a reclaimed borrower
+  cannot borrow the same quota back ahead of the lender), then priority, then the tenant's dominant resource share
+  within its cohort divided by its queue's weight (low first: fair share), then submission time.
+  A job that does not fit is passed over for the rest of the cycle (usage only grows within one) and its queue's
+  next job is tried (best-effort FIFO), except that a job short of a shared resource holds it (below).
 * A job is admitted whole (all its pods' resources at once: a gang never starts partly) when, for every resource
   it asks for, its queue has room within its nominal quota, or can borrow what the other queues of its cohort
   lend (within its borrowing limit and their lending limits), the tenant stays within its ceilings, and the
   cluster has the GPUs free.
 * A job that could never fit (more than its queue could ever get, borrowing included, or more than the tenant's
   ceiling) is rejected with the reason. More than the cluster has now only waits: nodes may be added.
-* Every other waiting job gets its position in its queue and a reason naming the missing resource and the queue.
-* Preemption, for a waiting job that cannot fit: lower-priority jobs of its own queue, and jobs of other queues
-  of its cohort admitted by borrowing when the waiting job stays within its own nominal quota (so borrowing never
-  preempts and there is no preemption cycle). The fewest victims are chosen (borrowers first, then the lowest
-  priority, then the newest); they are evicted (checkpoint request, grace, stop) and queued again.
+* Every other waiting job gets a reason naming the missing resource and the queue (its position in the queue is
+  read from the database when shown: apps.jobs.selectors).
+* The caller may pass only the first jobs of each queue (the heads): the rest wait behind them anyway.
+* Preemption, for the first job of a queue that is short of a resource (not one that fits but waits behind a job
+  holding it): lower-priority jobs of its own queue, and jobs of
+  other queues of its cohort admitted by borrowing when the waiting job stays within its own nominal quota (so
+  borrowing never preempts and there is no preemption cycle). The fewest victims are chosen (borrowers first,
+  then the lowest priority, then the newest); they are evicted (checkpoint request, grace, stop) and queued again.
+  Until it is admitted, the preemptor keeps what it asks for within its queue (later jobs of the queue may not
+  take it), so the victims cannot start again in its place only to be evicted for it once more.
 
 Resource keys: `nvidia.com/gpu` (all GPUs), `nvidia.com/gpu:<TYPE>` (GPUs of one type), `cpu` (millicores),
 `memory` (bytes). A queue without a quota for a key does not limit it; a tenant without queues has an implicit,
@@ -26,6 +34,7 @@ unlimited `default` queue.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +72,7 @@ class Demand:
     submitted_at: dt.datetime
     request: Mapping[str, int]
     can_preempt: bool = True  # its priority class's preemptionPolicy is not Never
+    preempting: bool = False  # jobs were evicted for it (it waits for them, or for what they freed)
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,6 @@ class Decision:
     outcome: str  # "admit" | "wait" | "reject" | "evict" (a holding preempted for a waiting job)
     reason: str = ""
     message: str = ""
-    position: int | None = None
-    queue_length: int | None = None
     borrowing: bool = False
 
 
@@ -116,6 +124,13 @@ class _State:
         capacity: Mapping[str, int],
     ) -> None:
         self.queues: dict[tuple[int, str], QueueQuota] = {q.key: q for q in queues}
+        self.cohorts: dict[str, list[QueueQuota]] = defaultdict(list)
+        for queue in self.queues.values():
+            if queue.cohort is not None:
+                self.cohorts[queue.cohort].append(queue)
+        self._pools: dict[tuple[int, str], dict[str, int]] = {}
+        self._members: dict[tuple[int, str], list[QueueQuota]] = {}
+        self._max_lendable: dict[tuple[tuple[int, str], str], int] = {}
         self.ceilings = ceilings
         self.free = dict(capacity)  # cluster-wide free amounts for the keys the cluster limits
         self.capacity = dict(capacity)
@@ -150,7 +165,10 @@ class _State:
     def cohort_members(self, queue: QueueQuota) -> list[QueueQuota]:
         if queue.cohort is None:
             return []
-        return [q for q in self.queues.values() if q.cohort == queue.cohort and q.key != queue.key]
+        members = self._members.get(queue.key)
+        if members is None:
+            members = self._members[queue.key] = [q for q in self.cohorts[queue.cohort] if q.key != queue.key]
+        return members
 
     def lendable(self, queue: QueueQuota, resource: str) -> int | None:
         """What the rest of the cohort can lend now for `resource` (None: unlimited)."""
@@ -165,11 +183,15 @@ class _State:
 
     def max_lendable(self, queue: QueueQuota, resource: str) -> int:
         """What the cohort could lend at best (everyone idle)."""
+        cached = self._max_lendable.get((queue.key, resource))
+        if cached is not None:
+            return cached
         total = 0
         for other in self.cohort_members(queue):
             if resource in other.nominal:
                 limit = other.lending_limit.get(resource)
                 total += other.nominal[resource] if limit is None else min(other.nominal[resource], limit)
+        self._max_lendable[(queue.key, resource)] = total
         return total
 
     def cohort_room(self, queue: QueueQuota, resource: str) -> int | None:
@@ -182,12 +204,14 @@ class _State:
 
     def dominant_share(self, tenant_id: int, queue: QueueQuota) -> float:
         """The tenant's largest share of any resource its cohort (or queue) provides, over its queue's weight."""
-        members = [queue, *self.cohort_members(queue)]
-        pool: dict[str, int] = {}
-        for member in members:
-            _add(pool, member.nominal)
-        if not pool:
-            pool = {k: v for k, v in self.capacity.items() if v > 0}
+        pool = self._pools.get(queue.key)
+        if pool is None:  # what the cohort provides does not change within a cycle
+            pool = {}
+            for member in [queue, *self.cohort_members(queue)]:
+                _add(pool, member.nominal)
+            if not pool:
+                pool = {k: v for k, v in self.capacity.items() if v > 0}
+            self._pools[queue.key] = pool
         used = self.tenant_used.get(tenant_id, {})
         share = max((used.get(k, 0) / v for k, v in pool.items() if v > 0), default=0.0)
         return share / (queue.weight or 1.0)
@@ -248,26 +272,31 @@ def _missing(state: _State, demand: Demand, queue: QueueQuota) -> tuple[str | No
     return None, borrowing, False
 
 
-def _victims(state: _State, demand: Demand, holdings: list[Holding]) -> list[Holding] | None:
+class _Holdings:
+    """Admitted jobs indexed the way preemption looks for victims: by queue, and borrowers by cohort."""
+
+    def __init__(self, state: _State, holdings: list[Holding]) -> None:
+        self.by_queue: dict[tuple[int, str], list[Holding]] = defaultdict(list)
+        self.borrowing: dict[str, list[Holding]] = defaultdict(list)
+        for holding in holdings:
+            if holding.evicting:
+                continue
+            own = state.queue_of(holding.tenant_id, holding.queue)
+            self.by_queue[own.key].append(holding)
+            if holding.borrowing and own.cohort is not None:
+                self.borrowing[own.cohort].append(holding)
+
+
+def _victims(state: _State, demand: Demand, holdings: _Holdings) -> list[Holding] | None:
     """The fewest admitted jobs whose eviction lets `demand` fit, or None."""
     if not demand.can_preempt:
         return None
     queue = state.queue_of(demand.tenant_id, demand.queue)
-    candidates = []
-    for holding in holdings:
-        if holding.evicting:
-            continue
-        own = state.queue_of(holding.tenant_id, holding.queue)
-        if own.key == queue.key and holding.priority < demand.priority:
-            candidates.append(holding)
-        elif (
-            holding.borrowing
-            and queue.cohort is not None
-            and own.cohort == queue.cohort
-            and own.key != queue.key
-            and state.within_nominal(queue, demand.request)
-        ):
-            candidates.append(holding)
+    candidates = [h for h in holdings.by_queue.get(queue.key, ()) if h.priority < demand.priority]
+    if queue.cohort is not None and state.within_nominal(queue, demand.request):
+        candidates += [
+            h for h in holdings.borrowing.get(queue.cohort, ()) if state.queue_of(h.tenant_id, h.queue).key != queue.key
+        ]
     far_past = dt.datetime.min.replace(tzinfo=dt.UTC)
     candidates.sort(key=lambda h: (not h.borrowing, h.priority, -(h.admitted_at or far_past).timestamp()))
     chosen: list[Holding] = []
@@ -304,80 +333,108 @@ def admit(
     ceilings: Mapping[int, Mapping[str, int]],
     capacity: Mapping[str, int],
 ) -> list[Decision]:
-    """One admission cycle. Returns a decision for every waiting job, in admission order."""
+    """One admission cycle. Returns a decision for every waiting job given (admitted ones in admission order)."""
     holdings = list(holdings)
     state = _State(queues, holdings, ceilings, capacity)
     pending = list(waiting)
     rejected: dict[int, str] = {}
+    lines: dict[tuple[int, str], list[Demand]] = defaultdict(list)  # each queue's jobs, in queue order
     for demand in pending:
-        reason = _never_fits(state, demand, state.queue_of(demand.tenant_id, demand.queue))
+        queue = state.queue_of(demand.tenant_id, demand.queue)
+        reason = _never_fits(state, demand, queue)
         if reason:
             rejected[demand.job_id] = reason
+        else:
+            lines[queue.key].append(demand)
+    for line in lines.values():
+        line.sort(key=lambda d: (-d.priority, d.submitted_at, d.job_id))
 
-    def order(demand: Demand) -> tuple[int, bool, float, dt.datetime, int]:
-        # At equal priority, jobs within their queue's nominal quota go before jobs that would borrow, so a
-        # lender is not kept waiting by a borrower it just reclaimed from.
+    def order(demand: Demand) -> tuple[bool, int, float, dt.datetime, int]:
+        # As in Kueue's scheduler, jobs within their queue's nominal quota go before jobs that would borrow, at any
+        # priority: otherwise a borrower evicted to give a lender back its quota would borrow it again in the next
+        # cycle, ahead of the lender's lower-priority job, and be evicted again (a preemption loop).
         queue = state.queue_of(demand.tenant_id, demand.queue)
         borrows = not state.within_nominal(queue, demand.request)
         share = state.dominant_share(demand.tenant_id, queue)
-        return (-demand.priority, borrows, share, demand.submitted_at, demand.job_id)
+        return (borrows, -demand.priority, share, demand.submitted_at, demand.job_id)
 
+    # Merge the queues' lines by `order`: a heap of each queue's next job, re-keyed when its tenant's share moves.
+    # Usage only grows within a cycle, so a job that does not fit now will not later in it: it is passed over.
+    # A job short of a shared resource (cluster capacity, the cohort's pool) holds it: jobs after it in the order
+    # may not take that resource, so small jobs cannot starve a big one and a tenant ahead in fair share is not
+    # overtaken.
     decisions: dict[int, Decision] = {}
-    remaining = [d for d in pending if d.job_id not in rejected]
-    while remaining:
-        # Shares change as jobs are admitted: pick the best next job each time. A job short of a shared resource
-        # (cluster capacity, the cohort's pool) holds it: jobs after it in the order may not take that resource,
-        # so small jobs cannot starve a big one and a tenant ahead in fair share is not overtaken.
-        remaining.sort(key=order)
-        progressed = False
-        held: set[str] = set()
-        for demand in list(remaining):
-            if held & set(demand.request):
-                continue
-            queue = state.queue_of(demand.tenant_id, demand.queue)
+    admitted: list[int] = []
+    passed: dict[tuple[int, str], list[Demand]] = defaultdict(list)
+    cursor = dict.fromkeys(lines, 0)
+    version = dict.fromkeys(lines, 0)
+    heap: list[tuple[tuple, tuple[int, str], int]] = []
+
+    def push(key: tuple[int, str]) -> None:
+        if cursor[key] < len(lines[key]):
+            version[key] += 1
+            heapq.heappush(heap, (order(lines[key][cursor[key]]), key, version[key]))
+
+    tenant_queues: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for key in lines:
+        tenant_queues[key[0]].append(key)
+        push(key)
+    held: set[str] = set()
+    # A job that jobs were evicted for keeps what they free within its queue: the queue's later jobs may not take
+    # it, or they would start in its place and be evicted for it again.
+    kept: dict[tuple[int, str], set[str]] = defaultdict(set)
+    while heap:
+        _, key, seen = heapq.heappop(heap)
+        if seen != version[key]:
+            continue  # re-keyed since
+        demand = lines[key][cursor[key]]
+        cursor[key] += 1
+        queue = state.queue_of(demand.tenant_id, demand.queue)
+        blocked = (held | kept[key]) & set(demand.request)
+        missing, borrowing, shared = ("held", False, False) if blocked else (None, False, False)
+        if missing is None:
             missing, borrowing, shared = _missing(state, demand, queue)
-            if missing is not None and shared:
+        if missing is None:
+            state.take(demand.tenant_id, demand.queue, demand.request)
+            decisions[demand.job_id] = Decision(demand.job_id, "admit", borrowing=borrowing)
+            admitted.append(demand.job_id)
+            for other in tenant_queues[key[0]]:  # the tenant's share moved: its queues' next jobs are re-keyed
+                if other != key:
+                    push(other)
+        else:
+            if shared:
                 held |= set(demand.request)
-            if missing is None:
-                _add(state.used[queue.key], demand.request)
-                _add(state.tenant_used[demand.tenant_id], demand.request)
-                for resource, amount in demand.request.items():
-                    if resource in state.free:
-                        state.free[resource] -= amount
-                decisions[demand.job_id] = Decision(demand.job_id, "admit", borrowing=borrowing)
-                remaining.remove(demand)
-                progressed = True
-                break
-        if not progressed:
-            break
+            if demand.preempting:
+                kept[key] |= set(demand.request)
+            passed[key].append(demand)
+        push(key)
+    remaining = {key: line for key, line in passed.items() if line}
     preempting: dict[int, list[Holding]] = {}
-    evicted: set[int] = set()
-    for demand in sorted(remaining, key=order):
-        if any(h.evicting for h in holdings):
-            break  # one preemption at a time: wait until the current victims are gone
-        victims = _victims(state, demand, [h for h in holdings if h.job_id not in evicted])
-        if victims:
-            preempting[demand.job_id] = victims
-            evicted |= {v.job_id for v in victims}
-            break
-    by_queue: dict[tuple[int, str], list[Demand]] = defaultdict(list)
-    for demand in sorted(remaining, key=order):
-        by_queue[state.queue_of(demand.tenant_id, demand.queue).key].append(demand)
-    for demands in by_queue.values():
-        for position, demand in enumerate(demands, start=1):
+    if not any(h.evicting for h in holdings):  # one preemption at a time: wait until the current victims are gone
+        index = _Holdings(state, holdings)
+        for demand in sorted((line[0] for line in remaining.values()), key=order):
+            if _missing(state, demand, state.queue_of(demand.tenant_id, demand.queue))[0] is None:
+                continue  # it fits, and waits only behind a job that holds what it asks for: evicting frees nothing
+            victims = _victims(state, demand, index)
+            if victims:
+                preempting[demand.job_id] = victims
+                break
+    for line in remaining.values():
+        for demand in line:
             queue = state.queue_of(demand.tenant_id, demand.queue)
             missing, _, _ = _missing(state, demand, queue)
             reason = _reason(missing)
             if demand.job_id in preempting:
                 names = ", ".join(str(v.job_id) for v in preempting[demand.job_id])
                 missing, reason = f"{missing}; preempting job(s) {names}", "WaitingForPreemption"
-            message = f"{missing or 'waiting for jobs ahead of it'}; position {position} of {len(demands)}"
-            decisions[demand.job_id] = Decision(
-                demand.job_id, "wait", reason, message, position=position, queue_length=len(demands)
-            )
+            elif demand.preempting and missing is not None:
+                missing, reason = f"{missing}; what its preemption freed is kept for it", "WaitingForPreemption"
+            message = missing or f"waiting for jobs ahead of it in queue {queue.name}"
+            decisions[demand.job_id] = Decision(demand.job_id, "wait", reason, message)
     for job_id, reason in rejected.items():
         decisions[job_id] = Decision(job_id, "reject", "NeverFits", reason)
-    out = [decisions[d.job_id] for d in pending]
+    out = [decisions[job_id] for job_id in admitted]
+    out += [decisions[d.job_id] for d in pending if decisions[d.job_id].outcome != "admit"]
     for preemptor, victims in preempting.items():
         for victim in victims:
             why = "borrowed quota reclaimed" if victim.borrowing else "a higher-priority job"

@@ -1,34 +1,43 @@
-"""Feeds the admission function from the database: waiting jobs, what admitted jobs hold, queues, ceilings."""
+"""Feeds the admission function from the database: waiting jobs, what admitted jobs hold, queues, ceilings.
+
+A job's queue, priority and resource request are fixed when it is submitted (`admission_fields`, stored on the
+row), so a cycle reads plain columns: the first jobs of each queue in queue order (one query with a window
+function) and what the admitted jobs hold, never the specs of thousands of waiting jobs.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 
 from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
 
 from .admission import GPU, Demand, Holding, QueueQuota
-from .choices import JobPhase
+from .choices import HOLDING_PHASES, WAITING_PHASES, JobPhase
 from .models import Job
+from .spec import JobSpec
 
-WAITING_PHASES = (JobPhase.PENDING, JobPhase.QUEUED)
-HOLDING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING, JobPhase.PREEMPTED)
+# The order of a queue's waiting jobs (admission's order within a queue, and the position a reader sees).
+QUEUE_ORDER = (F("priority").desc(), F("created_at").asc(), F("id").asc())
 
 
-def job_request(job: Job) -> dict[str, int]:
-    """The whole gang's resources, as admission keys."""
-    spec = job.typed_spec
-    nodes = spec.desired_nodes
+def request_of(spec: dict[str, Any]) -> dict[str, int]:
+    """The whole gang's resources, as admission keys, from a normalized spec."""
+    typed = JobSpec.of(spec)
+    nodes = typed.desired_nodes
     out: dict[str, int] = {}
-    gpus = spec.total_gpus
+    gpus = typed.total_gpus
     if gpus:
         out[GPU] = gpus
-        gpu_type = spec.raw.get("gpuType")
+        gpu_type = spec.get("gpuType")
         if gpu_type and gpu_type != "any":
             out[f"{GPU}:{gpu_type}"] = gpus
-    resources = spec.raw.get("resources") or {}
+    resources = spec.get("resources") or {}
     try:
         if resources.get("cpu"):
             out["cpu"] = cpu_millicores(resources["cpu"]) * nodes
@@ -39,8 +48,12 @@ def job_request(job: Job) -> dict[str, int]:
     return out
 
 
+def job_request(job: Job) -> dict[str, int]:
+    return request_of(job.spec)
+
+
 def queue_name(job: Job) -> str:
-    return job.spec.get("queueName") or "default"
+    return job.queue_name or job.spec.get("queueName") or "default"
 
 
 class Priorities:
@@ -50,47 +63,82 @@ class Priorities:
         self.classes = {pc.name: pc for pc in queueing.all_priority_classes()}
         self.default = next((pc for pc in self.classes.values() if pc.is_default), None)
 
-    def of(self, job: Job) -> tuple[int, bool]:
+    def of(self, spec: dict[str, Any]) -> tuple[int, bool]:
         """(priority, may preempt)."""
-        named = self.classes.get(job.spec.get("priorityClassName") or "")
-        if named is None and not job.spec.get("priority"):
+        named = self.classes.get(spec.get("priorityClassName") or "")
+        if named is None and not spec.get("priority"):
             named = self.default
         if named is not None:
             return named.value, named.preemption_policy != "Never"
-        return int(job.spec.get("priority") or 0), True
+        return int(spec.get("priority") or 0), True
 
 
-def demands(jobs: Iterable[Job], priorities: Priorities) -> list[Demand]:
-    out = []
-    for job in jobs:
-        priority, can_preempt = priorities.of(job)
-        out.append(
+def admission_fields(spec: dict[str, Any], priorities: Priorities | None = None) -> dict[str, Any]:
+    """The columns admission reads, for a job with this normalized spec (set at submission and on resize)."""
+    priority, may_preempt = (priorities or Priorities()).of(spec)
+    return {
+        "queue_name": spec.get("queueName") or "default",
+        "priority": priority,
+        "may_preempt": may_preempt,
+        "request": request_of(spec),
+    }
+
+
+def waiting_heads(per_queue: int) -> tuple[list[Demand], dict[int, tuple[str, str, str]]]:
+    """The first `per_queue` waiting jobs of every queue (the rest wait behind them), and each one's
+    (phase, reason, message) now, so that only what a cycle changes gets written."""
+    fields = ("id", "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt")
+    rows = (
+        Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("tenant_id"), F("queue_name")], order_by=QUEUE_ORDER))
+        .filter(rank__lte=per_queue)
+        .values_list(*fields, "phase", "reason", "message")
+    )
+    demands, status = [], {}
+    for pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message in rows:
+        demands.append(
             Demand(
-                job_id=job.pk,
-                tenant_id=job.tenant_id,
-                queue=queue_name(job),
+                job_id=pk,
+                tenant_id=tenant_id,
+                queue=queue,
                 priority=priority,
-                submitted_at=job.created_at,
-                request=job_request(job),
-                can_preempt=can_preempt,
+                submitted_at=created_at,
+                request=request,
+                can_preempt=may_preempt,
+                preempting=reason == "WaitingForPreemption",
             )
         )
-    return out
+        status[pk] = (phase, reason, message)
+    return demands, status
 
 
-def holdings(jobs: Iterable[Job], priorities: Priorities) -> list[Holding]:
+def waiting_counts() -> dict[tuple[int, str], int]:
+    """(tenant id, queue name) -> how many jobs wait in it."""
+    rows = (
+        Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
+        .values_list("tenant_id", "queue_name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {(tenant_id, queue): n for tenant_id, queue, n in rows}
+
+
+def holdings() -> list[Holding]:
+    """What admitted jobs hold (a preempted job holds its share until its pods are gone)."""
+    fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "start_time")
+    rows = Job.all_tenants.filter(finalized=False, phase__in=HOLDING_PHASES).values_list(*fields, "updated_at", "phase")
     return [
         Holding(
-            job.pk,
-            job.tenant_id,
-            queue_name(job),
-            job_request(job),
-            job.admitted_borrowing,
-            priority=priorities.of(job)[0],
-            admitted_at=job.start_time or job.updated_at,
-            evicting=job.phase == JobPhase.PREEMPTED,
+            pk,
+            tenant_id,
+            queue,
+            request,
+            borrowing,
+            priority=priority,
+            admitted_at=start_time or updated_at,
+            evicting=phase == JobPhase.PREEMPTED,
         )
-        for job in jobs
+        for pk, tenant_id, queue, request, borrowing, priority, start_time, updated_at, phase in rows
     ]
 
 
@@ -131,16 +179,3 @@ def tenant_ceilings() -> dict[int, dict[str, int]]:
         if ceiling:
             out[tenant.pk] = ceiling
     return out
-
-
-def waiting_jobs() -> list[Job]:
-    """Jobs that wait for admission: submitted, not cancelled, not yet placed."""
-    return list(
-        Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True).order_by(
-            "pk"
-        )
-    )
-
-
-def holding_jobs() -> list[Job]:
-    return list(Job.all_tenants.filter(finalized=False, phase__in=HOLDING_PHASES))

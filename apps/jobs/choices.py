@@ -33,6 +33,8 @@ class JobPhase(models.TextChoices):
 
 
 TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.REJECTED})
+WAITING_PHASES = ("Pending", "Queued")  # waiting for admission (plain strings: also an index condition)
+HOLDING_PHASES = ("Scheduling", "Running", "Preempted")  # admitted: holds its quota until its pods are gone
 # Variables Gryvia sets; a job's own `env` may not override them.
 RESERVED_ENV = frozenset(
     {

@@ -91,19 +91,21 @@ class PlacementMixin:
         self.placements[job.pk] = record
         return record
 
-    def _record_queue_status(self, waiting: list[Job], held: list[Job]) -> None:
+    def _record_queue_status(self, heads: list[Any], held: list[Any]) -> None:
+        """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle."""
         admitted: dict[tuple[int, str], dict[str, int]] = {}
-        pending: dict[tuple[int, str], int] = {}
-        newly = [j for j in waiting if self.decisions.get(j.pk) is not None and self.decisions[j.pk].outcome == "admit"]
-        for job in [*held, *newly]:
-            usage = admitted.setdefault((job.tenant_id, admission_inputs.queue_name(job)), {})
-            for resource, amount in admission_inputs.job_request(job).items():
+        newly = [d for d in heads if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
+        for item in [*held, *newly]:
+            usage = admitted.setdefault((item.tenant_id, item.queue), {})
+            for resource, amount in item.request.items():
                 usage[resource] = usage.get(resource, 0) + amount
-        for job in waiting:
-            if self.decisions.get(job.pk) is not None and self.decisions[job.pk].outcome == "wait":
-                key = (job.tenant_id, admission_inputs.queue_name(job))
-                pending[key] = pending.get(key, 0) + 1
-        queue_status_sync(admitted=admitted, pending=pending)
+        pending = admission_inputs.waiting_counts()
+        for demand in heads:
+            decision = self.decisions.get(demand.job_id)
+            if decision is not None and decision.outcome != "wait":
+                key = (demand.tenant_id, demand.queue)
+                pending[key] = pending.get(key, 0) - 1
+        queue_status_sync(admitted=admitted, pending={k: v for k, v in pending.items() if v > 0})
 
     def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
         """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""

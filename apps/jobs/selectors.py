@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
 
-from .choices import JobPhase
+from .choices import WAITING_PHASES, JobPhase
 from .models import Job
 
 
@@ -28,3 +29,42 @@ def job_visible(*, principal: Principal, object_id: str) -> bool:
     if tenants is not ALL_TENANTS:
         qs = qs.filter(tenant_id__in=tenants)
     return qs.exists()
+
+
+# --- queue positions, read (never stored: they move whenever a job ahead starts or leaves) ------------------------
+
+_WAITING = Q(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
+
+
+def _same_queue() -> QuerySet[Job]:
+    return Job.all_tenants.filter(_WAITING, tenant_id=OuterRef("tenant_id"), queue_name=OuterRef("queue_name"))
+
+
+def _count(qs: QuerySet[Job]) -> Subquery:
+    return Coalesce(
+        Subquery(qs.order_by().values("tenant_id").annotate(n=Count("id")).values("n")[:1]),
+        Value(0),
+        output_field=IntegerField(),
+    )
+
+
+def with_queue_positions(qs: QuerySet[Job]) -> QuerySet[Job]:
+    """Annotate each job with its position in its queue and the queue's length (both counts are read from the
+    queue-order index; a job that is not waiting gets them but they are not shown)."""
+    ahead = _same_queue().filter(
+        Q(priority__gt=OuterRef("priority"))
+        | Q(priority=OuterRef("priority"), created_at__lt=OuterRef("created_at"))
+        | Q(priority=OuterRef("priority"), created_at=OuterRef("created_at"), pk__lt=OuterRef("pk"))
+    )
+    return qs.annotate(queue_ahead_read=_count(ahead), queue_length_read=_count(_same_queue()))
+
+
+def queue_position(job: Job) -> tuple[int | None, int | None]:
+    """(position from 1, queue length) of a waiting job; (None, None) for any other."""
+    if not job.is_waiting:
+        return None, None
+    row = with_queue_positions(Job.all_tenants.filter(pk=job.pk)).values_list("queue_ahead_read", "queue_length_read")
+    found = row.first()
+    if found is None:
+        return None, None
+    return found[0] + 1, found[1]

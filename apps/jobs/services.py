@@ -13,13 +13,14 @@ from django.db.models import F
 from django.utils import timezone
 from rest_framework import serializers
 
-from apps.core.audit import audit_record, snapshot
+from apps.core.audit import audit_record, audit_record_many, snapshot
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
 from apps.tenants.models import Tenant
 
 from . import choices as C
+from .admission_inputs import admission_fields, request_of
 from .models import Job, JobEvent
 from .spec import normalize_spec
 
@@ -48,8 +49,33 @@ def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> 
 
 def job_event(*, job: Job, reason: str, message: str, type: str = "Normal", actor: Principal = RECONCILER) -> None:
     """Record a lifecycle event: the job's event list, the audit log and the live channels (after commit)."""
-    JobEvent.objects.create(job=job, type=type, reason=reason, message=message[:2000])
-    _audit(actor, f"job.{reason[0].lower()}{reason[1:]}", job, None, {"reason": reason, "message": message[:500]})
+    job_events_record([(job, reason, message, type)], actor=actor)
+
+
+def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Principal = RECONCILER) -> None:
+    """`job_event` for many (job, reason, message, type): one INSERT of events, one of audit rows."""
+    if not events:
+        return
+    JobEvent.objects.bulk_create(
+        [JobEvent(job=job, type=kind, reason=reason, message=message[:2000]) for job, reason, message, kind in events],
+        batch_size=1000,
+    )
+    audit_record_many(
+        [
+            dict(
+                actor=actor,
+                action=f"job.{reason[0].lower()}{reason[1:]}",
+                obj=job,
+                object_type="job",
+                object_id=job.name,
+                tenant_id=job.tenant_id,
+                tenant_slug=job.tenant.slug,
+                before=None,
+                after={"reason": reason, "message": message[:500]},
+            )
+            for job, reason, message, _kind in events
+        ]
+    )
 
 
 def validate_name(name: Any) -> str:
@@ -90,7 +116,12 @@ def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job
     try:
         with transaction.atomic():
             job = Job.all_tenants.create(
-                tenant=tenant, name=name, spec=normalized, submitted_by=actor.label, current_nodes=0
+                tenant=tenant,
+                name=name,
+                spec=normalized,
+                submitted_by=actor.label,
+                current_nodes=0,
+                **admission_fields(normalized),
             )
     except IntegrityError as exc:
         raise ValidationError({"name": f"a job named {name!r} already exists in tenant {tenant.slug}"}) from exc
@@ -138,8 +169,9 @@ def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
     new_spec["distributed"] = distributed
     old = spec.desired_nodes
     job.spec = new_spec
+    job.request = request_of(new_spec)
     job.generation = F("generation") + 1
-    job.save(update_fields=["spec", "generation", "updated_at"])
+    job.save(update_fields=["spec", "request", "generation", "updated_at"])
     job.refresh_from_db()
     _audit(actor, "job.resize", job, before, snapshot(job, Job.AUDIT_FIELDS))
     JobEvent.objects.create(job=job, reason="ResizeRequested", message=f"{old} -> {nodes} nodes by {actor.label}")

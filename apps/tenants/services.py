@@ -316,24 +316,41 @@ def api_key_issue_bound(*, tenant: Tenant, bound_to: str, scopes: list[str], nam
 
     Part of the bound object's own lifecycle (its creation is audited there), so not audited separately.
     """
+    return api_keys_issue_bound([(tenant, bound_to, scopes, name)])[bound_to]
+
+
+def api_keys_issue_bound(wanted: list[tuple[Tenant | int, str, list[str], str]]) -> dict[str, str]:
+    """`api_key_issue_bound` for many (tenant, bound_to, scopes, name) at once: one UPDATE revokes the earlier
+    keys, one INSERT stores the new ones. Returns bound_to -> plaintext."""
+    if not wanted:
+        return {}
     now = timezone.now()
-    ApiKey.all_tenants.filter(bound_to=bound_to, revoked_at__isnull=True).update(revoked_at=now)
-    secret = keys.new_secret()
-    key = ApiKey.all_tenants.create(
-        tenant=tenant,
-        key_id=keys.new_key_id(),
-        name=name,
-        secret_digest=keys.digest(secret),
-        scopes=sorted(set(scopes)),
-        created_by="system",
-        bound_to=bound_to,
-    )
-    return keys.format_key(key.key_id, secret)
+    ApiKey.all_tenants.filter(bound_to__in=[w[1] for w in wanted], revoked_at__isnull=True).update(revoked_at=now)
+    rows, plaintext = [], {}
+    for tenant, bound_to, scopes, name in wanted:
+        secret, key_id = keys.new_secret(), keys.new_key_id()
+        rows.append(
+            ApiKey(
+                tenant_id=getattr(tenant, "pk", tenant),
+                key_id=key_id,
+                name=name,
+                secret_digest=keys.digest(secret),
+                scopes=sorted(set(scopes)),
+                created_by="system",
+                bound_to=bound_to,
+            )
+        )
+        plaintext[bound_to] = keys.format_key(key_id, secret)
+    ApiKey.all_tenants.bulk_create(rows, batch_size=1000)
+    return plaintext
 
 
-def api_key_revoke_bound(*, bound_to: str) -> int:
-    """Revoke every key bound to an object (e.g. when a job ends)."""
-    return ApiKey.all_tenants.filter(bound_to=bound_to, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def api_key_revoke_bound(*, bound_to: str | list[str]) -> int:
+    """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end)."""
+    targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
+    if not targets:
+        return 0
+    return ApiKey.all_tenants.filter(bound_to__in=targets, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def api_key_authenticate(*, raw_key: str) -> tuple[Any, Principal] | None:

@@ -1,8 +1,9 @@
-"""The admission function (pure): order, fair share, gangs, borrowing, rejection, positions, and a randomized
+"""The admission function (pure): order, fair share, gangs, borrowing, rejection, and a randomized
 simulation that never exceeds any quota, ceiling or capacity."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 
@@ -32,7 +33,7 @@ def test_higher_priority_goes_first_then_submission_time():
     )
     assert decisions[2].outcome == "admit" and decisions[1].outcome == "admit"
     assert decisions[3].outcome == "wait"
-    assert decisions[3].message == f"waiting for 4 {GPU} free in the cluster; position 1 of 1"
+    assert decisions[3].message == f"waiting for 4 {GPU} free in the cluster"
 
 
 def test_a_fresh_tenants_cpu_job_runs_without_any_queue():
@@ -53,7 +54,7 @@ def test_a_gang_is_admitted_whole_or_not_at_all():
         )
     )
     assert decisions[1].outcome == "wait"  # 3 of 4 are free in the queue: a 4-pod gang never gets 3
-    assert decisions[1].message == f"waiting for 4 {GPU} in queue team-a; position 1 of 1"
+    assert decisions[1].message == f"waiting for 4 {GPU} in queue team-a"
     assert decisions[2].outcome == "admit"
 
 
@@ -94,18 +95,22 @@ def test_jobs_that_can_never_fit_are_rejected_with_the_reason():
         )
     )
     assert decisions[1].outcome == "wait"  # more than the cluster has: nodes may be added
-    assert decisions[1].message == f"waiting for 16 {GPU}: the cluster has 8 {GPU}; position 1 of 1"
+    assert decisions[1].message == f"waiting for 16 {GPU}: the cluster has 8 {GPU}"
     assert decisions[2].outcome == "reject"
     assert decisions[2].message == f"asks for 4 {GPU} but the tenant's ceiling is 2 {GPU}"
 
 
-def test_typed_gpu_quota_and_positions_in_a_queue():
+def test_typed_gpu_quota_in_a_queue():
     queue = QueueQuota(tenant_id=1, name="team-a", nominal={f"{GPU}:H100": 4})
     waiting = [demand(i, queue="team-a", gpus=4, at=i, **{f"{GPU}:H100": 4}) for i in range(1, 5)]
     decisions = admit(waiting=waiting, holdings=[], queues=[queue], ceilings={}, capacity={GPU: 32})
     assert [d.outcome for d in decisions] == ["admit", "wait", "wait", "wait"]
-    assert decisions[2].message == f"waiting for 4 {GPU} (H100) in queue team-a; position 2 of 3"
-    assert [d.position for d in decisions[1:]] == [1, 2, 3]
+    assert decisions[2].message == f"waiting for 4 {GPU} (H100) in queue team-a"
+    assert [d.job_id for d in decisions[1:]] == [
+        2,
+        3,
+        4,
+    ]  # the queue's order (positions: tests/jobs/test_queueing_flow)
 
 
 def test_two_tenants_of_equal_weight_reach_equal_dominant_shares():
@@ -147,6 +152,7 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity_and_never_pree
     holdings: list[Holding] = []
     waiting: list[Demand] = []
     preempted_by: dict[int, set[int]] = {}
+    pairs: set[tuple[int, int]] = set()
     evictions = 0
     for step in range(1000):
         for _ in range(rng.randint(0, 2)):
@@ -159,14 +165,19 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity_and_never_pree
         decisions = admit(waiting=waiting, holdings=holdings, queues=queues, ceilings=ceilings, capacity=capacity)
         outcome = {d.job_id: d for d in decisions}
         preemptors = [d.job_id for d in decisions if d.reason == "WaitingForPreemption"]
+        # As the reconciler reads it back: a job whose reason is WaitingForPreemption is preempting.
+        waiting = [dataclasses.replace(j, preempting=j.job_id in preemptors) for j in waiting]
         for decision in decisions:
             if decision.outcome == "evict":  # the victim stops and is queued again
                 evictions += 1
                 victim = next(h for h in holdings if h.job_id == decision.job_id)
                 holdings.remove(victim)
-                for preemptor in preemptors:
-                    assert victim.job_id not in preempted_by.get(preemptor, set()), "a preemption cycle"
-                    preempted_by.setdefault(victim.job_id, set()).add(preemptor)
+                preemptor = int(decision.message.split("preempted for job ")[1].split()[0])
+                assert preemptor in preemptors
+                assert victim.job_id not in preempted_by.get(preemptor, set()), "a preemption cycle"
+                assert (preemptor, victim.job_id) not in pairs, "evicted again for the same job while it still waits"
+                pairs.add((preemptor, victim.job_id))
+                preempted_by.setdefault(victim.job_id, set()).add(preemptor)
                 waiting.append(
                     Demand(victim.job_id, victim.tenant_id, victim.queue, victim.priority, T0, victim.request)
                 )
@@ -174,6 +185,7 @@ def test_randomized_cycles_never_exceed_quota_ceiling_or_capacity_and_never_pree
             if job.job_id not in outcome:
                 continue
             if outcome[job.job_id].outcome == "admit":
+                pairs = {pair for pair in pairs if pair[0] != job.job_id}  # it got what it preempted for
                 borrowing = outcome[job.job_id].borrowing
                 holdings.append(Holding(job.job_id, job.tenant_id, job.queue, job.request, borrowing, job.priority))
             if outcome[job.job_id].outcome in ("admit", "reject"):
@@ -248,3 +260,45 @@ def test_the_lender_coming_back_reclaims_what_was_borrowed():
         )
     )
     assert 3 not in decisions
+
+
+def test_a_reclaimed_borrower_does_not_borrow_the_same_quota_back_ahead_of_the_lender():
+    a = QueueQuota(tenant_id=1, name="a", cohort="c", nominal={GPU: 4})
+    b = QueueQuota(tenant_id=2, name="b", cohort="c", nominal={GPU: 4})
+    lender = demand(2, tenant=2, queue="b", gpus=4, priority=0)
+    # The borrower (higher priority) was evicted for the lender's job and is queued again: the lender goes first,
+    # within its nominal quota, and the borrower waits instead of borrowing it back (and being evicted again).
+    decisions = by_id(
+        admit(
+            waiting=[demand(1, tenant=1, queue="a", gpus=6, priority=10, at=-5), lender],
+            holdings=[],
+            queues=[a, b],
+            ceilings={},
+            capacity={GPU: 8},
+        )
+    )
+    assert decisions[2].outcome == "admit" and not decisions[2].borrowing
+    assert decisions[1].outcome == "wait"
+
+
+def test_a_job_waiting_only_behind_a_holder_preempts_nothing():
+    a = QueueQuota(tenant_id=1, name="a", cohort="c", nominal={GPU: 6})
+    b = QueueQuota(tenant_id=2, name="b", cohort="c", nominal={GPU: 4})
+    c = QueueQuota(tenant_id=3, name="c", cohort="c", nominal={GPU: 2})
+    borrower = Holding(9, 2, "b", {GPU: 8}, borrowing=True)
+    # 6 GPUs within its nominal quota but 2 short in the cohort, and not allowed to preempt: it holds the GPUs.
+    # Queue c's 1-GPU job would fit but waits behind it; evicting the borrower for it would only serve the job
+    # that may not preempt.
+    big = Demand(1, 1, "a", 10, T0, {GPU: 6}, can_preempt=False)
+    decisions = by_id(
+        admit(
+            waiting=[big, demand(2, tenant=3, queue="c", gpus=1, priority=5, at=1)],
+            holdings=[borrower],
+            queues=[a, b, c],
+            ceilings={},
+            capacity={GPU: 12},
+        )
+    )
+    assert 9 not in decisions
+    assert decisions[1].reason == "WaitingForQuota"
+    assert decisions[2].outcome == "wait" and decisions[2].reason == "WaitingForJobsAhead"

@@ -16,6 +16,7 @@ from apps.cluster.backends import set_backend
 from apps.cluster.backends.local import LocalBackend
 from apps.cluster.backends.local_pods import group_alive
 from apps.jobs import services
+from apps.jobs.api.serializers import queued_message
 from apps.jobs.logs import job_logs, job_pods
 from apps.jobs.models import Job
 from apps.jobs.reconciler import reconcile_jobs
@@ -121,7 +122,8 @@ def test_more_gpus_than_exist_waits_with_the_reason(local, tenant_a, monkeypatch
     job = make_job(tenant_a, "greedy", gpus=4, distributed={"enabled": False})
     job = drive(job, lambda j: j.reason == "InsufficientGPUs", timeout=10)
     assert job.phase == "Queued" and job.queue_position == 1
-    assert job.message == "waiting for 4 nvidia.com/gpu: the cluster has 2 nvidia.com/gpu; position 1 of 1"
+    assert job.message == "waiting for 4 nvidia.com/gpu: the cluster has 2 nvidia.com/gpu"
+    assert queued_message(job) == f"{job.message}; position 1 of 1"  # the position is read, as the API shows it
     assert job_pods(job) == []
     fits = make_job(
         tenant_a,

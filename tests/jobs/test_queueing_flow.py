@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.cluster.backends.base import JOB
+from apps.cluster.backends.base import JOB, POD
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.jobs.models import Job
 from apps.jobs.reconciler import reconcile_jobs
@@ -41,6 +41,20 @@ def gpu_job(tenant, name, gpus=2, **kw):
     return make_job(tenant, name, gpus=gpus, queueName="team-a", distributed={"enabled": False}, **kw)
 
 
+def running_pod(cluster, job_name: str) -> None:
+    """The job's pod, Running (as the kubelet reports it until its grace period ends after an eviction)."""
+    labels = cluster.stored(JOB, job_name, NS)["spec"]["template"]["metadata"]["labels"]
+    cluster.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{job_name}-0-pod", "namespace": NS, "uid": f"{job_name}-pod", "labels": labels},
+            "spec": {"nodeName": "gpu-1", "containers": [{"name": "trainer", "image": "x"}]},
+            "status": {"phase": "Running"},
+        }
+    )
+
+
 def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client_a):
     first, second, third = (gpu_job(tenant_a, n) for n in ("first", "second", "third"))
     reconcile_jobs(kube)
@@ -49,7 +63,9 @@ def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client
     assert first.phase == "Scheduling" and cluster.stored(JOB, "first", NS) is not None
     assert (second.phase, second.queue_position, second.queue_length) == ("Queued", 1, 2)
     assert second.reason == "WaitingForQuota"
-    assert second.message == "waiting for 2 nvidia.com/gpu in queue team-a; position 1 of 2"
+    assert second.message == "waiting for 2 nvidia.com/gpu in queue team-a"
+    status = client_a.get("/api/v1/jobs/second/").json()["status"]
+    assert status["message"] == "waiting for 2 nvidia.com/gpu in queue team-a; position 1 of 2"
     assert third.queue_position == 2 and cluster.stored(JOB, "second", NS) is None
     status = client_a.get("/api/v1/jobs/third/").json()["status"]
     assert (status["queueName"], status["queuePosition"], status["queueLength"]) == ("team-a", 2, 2)
@@ -66,14 +82,15 @@ def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client
 
 
 def test_priority_jumps_the_queue(cluster, kube, tenant_a):
-    gpu_job(tenant_a, "holder")
+    gpu_job(tenant_a, "holder", priority=50)  # as high as the newcomer: not preempted
     reconcile_jobs(kube)
     low = gpu_job(tenant_a, "low")
     high = gpu_job(tenant_a, "high", priority=50)
     reconcile_jobs(kube)
     low.refresh_from_db()
     high.refresh_from_db()
-    assert high.queue_position == 1 and low.queue_position == 2
+    assert Job.all_tenants.get(name="holder").phase == "Scheduling"
+    assert (high.queue_position, low.queue_position, low.queue_length) == (1, 2, 2)
 
 
 def test_a_job_that_can_never_fit_is_rejected_and_nothing_is_created(cluster, kube, tenant_a):
@@ -112,6 +129,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_queued_again(cluster, 
     reconcile_jobs(kube)
     low.refresh_from_db()
     assert low.phase == "Running" and low.attempts == 1
+    running_pod(cluster, "low")
     high = gpu_job(tenant_a, "high", priority=50)
     reconcile_jobs(kube)
     low.refresh_from_db()
@@ -119,6 +137,10 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_queued_again(cluster, 
     assert low.phase == "Preempted" and "preempted for job" in low.message
     assert cluster.stored(JOB, "low", NS) is None  # evicted (its pods get the preStop checkpoint request)
     assert high.phase == "Queued" and high.reason == "WaitingForPreemption"
+    reconcile_jobs(kube)  # its pod is still in its grace period: the victim holds its quota
+    low.refresh_from_db()
+    assert low.phase == "Preempted" and cluster.stored(JOB, "high", NS) is None
+    cluster.unseed(POD, "low-0-pod", NS)
     reconcile_jobs(kube)  # the victim's pods are gone: it is queued again; the preemptor is admitted
     reconcile_jobs(kube)
     low.refresh_from_db()
@@ -152,10 +174,12 @@ def test_borrowed_quota_is_reclaimed_when_the_lender_comes_back(cluster, kube, t
     reconcile_jobs(kube)
     borrower.refresh_from_db()
     assert borrower.phase == "Scheduling" and borrower.admitted_borrowing
+    running_pod(cluster, "borrower")
     lender = make_job(tenant_b, "lender", gpus=2, queueName="lend-b", distributed={"enabled": False})
     reconcile_jobs(kube)
     borrower.refresh_from_db()
     assert borrower.phase == "Preempted" and "borrowed quota reclaimed" in borrower.message
+    cluster.unseed(POD, "borrower-0-pod", NS)
     reconcile_jobs(kube)
     reconcile_jobs(kube)
     assert JobModel.all_tenants.get(pk=lender.pk).phase == "Scheduling"

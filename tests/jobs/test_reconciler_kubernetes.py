@@ -187,7 +187,7 @@ def test_a_job_wanting_more_gpus_than_exist_waits_with_the_reason(cluster, kube,
     reconcile_jobs(kube)
     job.refresh_from_db()
     assert job.phase == "Queued" and job.reason == "InsufficientGPUs"
-    assert job.message == "waiting for 16 nvidia.com/gpu: the cluster has 8 nvidia.com/gpu; position 1 of 1"
+    assert job.message == "waiting for 16 nvidia.com/gpu: the cluster has 8 nvidia.com/gpu"
     assert cluster.stored(JOB, "big", NS) is None
     cluster.seed(_node("gpu-2", gpus=8))
     reconcile_jobs(kube)

@@ -75,7 +75,7 @@ class JobSerializer(serializers.ModelSerializer):
             "status": {
                 "phase": job.phase,
                 "reason": job.reason,
-                "message": job.message,
+                "message": queued_message(job),
                 "conditions": job.conditions,
                 "startTime": iso(job.start_time),
                 "completionTime": iso(job.completion_time),
@@ -87,7 +87,7 @@ class JobSerializer(serializers.ModelSerializer):
                 "desiredNodes": job.typed_spec.desired_nodes,
                 "gpusAllocated": job.gpus_allocated,
                 "gpusSimulated": job.gpus_simulated,
-                "queueName": job.spec.get("queueName") or "default",
+                "queueName": job.queue_name,
                 "queuePosition": job.queue_position,
                 "queueLength": job.queue_length,
                 "admittedBorrowing": job.admitted_borrowing,
@@ -100,6 +100,14 @@ class JobSerializer(serializers.ModelSerializer):
                 "observedGeneration": job.observed_generation,
             },
         }
+
+
+def queued_message(job: Job) -> str:
+    """A waiting job's message ends with its position, read now (the stored message says what it waits for)."""
+    if job.queue_position is None:
+        return job.message
+    position = f"position {job.queue_position} of {job.queue_length}"
+    return f"{job.message}; {position}" if job.message else position
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -18,6 +18,7 @@ from apps.core.scopes import JOBS_REPORT
 
 from .. import logs, services
 from ..models import Job
+from ..selectors import with_queue_positions
 from .filters import JobFilterSet
 from .serializers import (
     CheckpointReportSerializer,
@@ -46,7 +47,7 @@ class JobViewSet(
     lookup_value_regex = "[a-z0-9-]{1,63}"
 
     def scope_queryset(self, queryset):
-        return queryset.select_related("tenant")
+        return with_queue_positions(queryset.select_related("tenant"))
 
     def read_scope(self) -> str | None:
         return JOBS_REPORT if self.action == "checkpoints" else super().read_scope()

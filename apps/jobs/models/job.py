@@ -6,7 +6,7 @@ from django.db import models
 
 from apps.core.models import TenantOwnedModel
 
-from ..choices import TERMINAL_PHASES, JobPhase
+from ..choices import TERMINAL_PHASES, WAITING_PHASES, JobPhase
 from ..spec import JobSpec
 
 
@@ -38,8 +38,6 @@ class Job(TenantOwnedModel):
     current_nodes = models.PositiveIntegerField(default=0)
     ready_nodes = models.PositiveIntegerField(default=0)
     gpus_allocated = models.PositiveIntegerField(default=0)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
-    queue_length = models.PositiveIntegerField(null=True, blank=True)
     admitted_borrowing = models.BooleanField(default=False, help_text="admitted on quota borrowed from its cohort")
     gpus_simulated = models.BooleanField(default=False, help_text="its GPUs are declared by GRYVIA_LOCAL_GPUS")
     endpoint = models.CharField(max_length=300, blank=True, default="")
@@ -51,12 +49,25 @@ class Job(TenantOwnedModel):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     finalized = models.BooleanField(default=False, help_text="terminal, and its cluster objects are collected")
     status_applied = models.JSONField(default=dict, blank=True, help_text="object key -> spec hash last applied")
+    # What admission orders and counts, fixed at submission (and resize) so a cycle reads it without the spec.
+    queue_name = models.CharField(max_length=63, default="default", help_text="spec.queueName, or default")
+    priority = models.IntegerField(default=0, help_text="its priority class's value at submission, or spec.priority")
+    may_preempt = models.BooleanField(default=True, help_text="its priority class's preemptionPolicy is not Never")
+    request = models.JSONField(default=dict, blank=True, help_text="the whole gang's resources, as admission keys")
 
     AUDIT_FIELDS = ("name", "spec", "generation", "phase", "reason", "cancel_requested_at")
 
     class Meta(TenantOwnedModel.Meta):
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="job_unique_name_per_tenant")]
-        indexes = [models.Index(fields=["finalized", "phase"], name="job_active_idx")]
+        indexes = [
+            models.Index(fields=["finalized", "phase"], name="job_active_idx"),
+            # A queue's waiting jobs in admission order: the heads each cycle reads, the position a reader sees.
+            models.Index(
+                fields=["tenant", "queue_name", "-priority", "created_at", "id"],
+                name="job_queue_order_idx",
+                condition=models.Q(phase__in=WAITING_PHASES),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -68,6 +79,41 @@ class Job(TenantOwnedModel):
     @property
     def is_terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    @property
+    def is_waiting(self) -> bool:
+        """Waiting for admission in its queue (what has a queue position)."""
+        return self.phase in WAITING_PHASES and self.cancel_requested_at is None and not self.finalized
+
+    # The position in its queue is read, never stored (it moves whenever a job ahead starts or leaves): lists
+    # annotate it (apps.jobs.selectors.with_queue_positions); a single job reads it with one query.
+    @property
+    def queue_position(self) -> int | None:
+        if not self.is_waiting:
+            return None
+        if "queue_ahead_read" not in self.__dict__:
+            self._read_queue_position()
+        return self.__dict__["queue_ahead_read"] + 1
+
+    @property
+    def queue_length(self) -> int | None:
+        if not self.is_waiting:
+            return None
+        if "queue_length_read" not in self.__dict__:
+            self._read_queue_position()
+        return self.__dict__["queue_length_read"]
+
+    def refresh_from_db(self, *args, **kwargs) -> None:
+        self.__dict__.pop("queue_ahead_read", None)
+        self.__dict__.pop("queue_length_read", None)
+        super().refresh_from_db(*args, **kwargs)
+
+    def _read_queue_position(self) -> None:
+        from ..selectors import queue_position
+
+        position, length = queue_position(self)
+        self.__dict__["queue_ahead_read"] = (position or 1) - 1
+        self.__dict__["queue_length_read"] = length
 
 
 class JobEvent(models.Model):

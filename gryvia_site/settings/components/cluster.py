@@ -28,7 +28,7 @@ GRYVIA_ADMISSION = env_str("GRYVIA_ADMISSION", "native")
 if GRYVIA_ADMISSION not in {"native", "kueue", "kai"}:
     raise ImproperlyConfigured(f"GRYVIA_ADMISSION must be native, kueue or kai, got {GRYVIA_ADMISSION!r}")
 # Native admission reads the first N waiting jobs of each queue per cycle (the rest wait behind them).
-GRYVIA_ADMISSION_HEADS = env_int("GRYVIA_ADMISSION_HEADS", 16)
+GRYVIA_ADMISSION_HEADS = env_int("GRYVIA_ADMISSION_HEADS", 8)
 if GRYVIA_ADMISSION_HEADS < 1:
     raise ImproperlyConfigured(f"GRYVIA_ADMISSION_HEADS must be at least 1, got {GRYVIA_ADMISSION_HEADS}")
 # Kueue's namespace. With MultiKueue, Kueue reads each worker cluster's kubeconfig from the Secret
