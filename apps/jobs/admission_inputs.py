@@ -148,14 +148,15 @@ def _limits(vector: dict[str, float]) -> dict[str, int | None]:
 
 def queue_quotas() -> list[QueueQuota]:
     out = []
-    for queue in queueing.all_queues():
-        vector = queueing.queue_quota_vector(queue)
+    rows = queueing.all_queues().values_list("tenant_id", "name", "cohort__name", "weight", "quotas")
+    for tenant_id, name, cohort, weight, quotas in rows:  # plain rows: a cycle builds no Queue or Cohort models
+        vector = queueing.quota_vector(quotas)
         out.append(
             QueueQuota(
-                tenant_id=queue.tenant_id,
-                name=queue.name,
-                cohort=queue.cohort.name if queue.cohort_id else None,
-                weight=float(queue.weight),
+                tenant_id=tenant_id,
+                name=name,
+                cohort=cohort,
+                weight=float(weight),
                 nominal={k: int(v) for k, v in vector.nominal.items()},
                 borrowing_limit=_limits(vector.borrowing_limit),
                 lending_limit=_limits(vector.lending_limit),
@@ -166,16 +167,19 @@ def queue_quotas() -> list[QueueQuota]:
 
 def tenant_ceilings() -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = {}
-    for tenant in Tenant.objects.filter(archived_at__isnull=True):
+    rows = Tenant.objects.filter(archived_at__isnull=True).values_list(
+        "pk", "max_gpus", "gpu_type_ceilings", "max_cpu", "max_memory"
+    )
+    for pk, max_gpus, gpu_type_ceilings, max_cpu, max_memory in rows:
         ceiling: dict[str, int] = {}
-        if tenant.max_gpus is not None:
-            ceiling[GPU] = tenant.max_gpus
-        for gpu_type, count in (tenant.gpu_type_ceilings or {}).items():
+        if max_gpus is not None:
+            ceiling[GPU] = max_gpus
+        for gpu_type, count in (gpu_type_ceilings or {}).items():
             ceiling[f"{GPU}:{gpu_type}"] = int(count)
-        if tenant.max_cpu:
-            ceiling["cpu"] = cpu_millicores(tenant.max_cpu)
-        if tenant.max_memory:
-            ceiling["memory"] = memory_bytes(tenant.max_memory)
+        if max_cpu:
+            ceiling["cpu"] = cpu_millicores(max_cpu)
+        if max_memory:
+            ceiling["memory"] = memory_bytes(max_memory)
         if ceiling:
-            out[tenant.pk] = ceiling
+            out[pk] = ceiling
     return out

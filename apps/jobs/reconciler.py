@@ -92,6 +92,7 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
         self._events: list[tuple[Job, str, str, str]] = []
         self._status: dict[int, tuple[int, dict[str, str]]] = {}
         self._revoke: list[str] = []
+        self._finalize: list[int] = []  # terminal jobs whose cluster objects are all gone
         self._seen_now: dict[str, tuple] = {}
         self._tokens: dict[str, str] = {}
 
@@ -362,7 +363,8 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
         now = timezone.now()
         if job.is_terminal:
             if not live and not job.finalized:
-                Job.all_tenants.filter(pk=job.pk).update(finalized=True)
+                self._finalize.append(job.pk)
+                job.finalized = True
             return
         decision = self.decisions.get(job.pk)
         stopping = [
@@ -555,11 +557,14 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
             )
         if self._revoke:
             api_key_revoke_bound(bound_to=self._revoke)
+        if self._finalize:
+            Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
         services.job_events_record(events)
         if len(_SEEN) > _SEEN_MAX:
             _SEEN.clear()
         _SEEN.update(self._seen_now)
         self._changes, self._jobs, self._events, self._status, self._revoke, self._seen_now = {}, {}, [], {}, [], {}
+        self._finalize = []
 
 
 def reconcile_jobs(backend: ClusterBackend | None = None) -> ReconcileStats:

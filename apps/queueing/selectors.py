@@ -45,8 +45,13 @@ def queues_of_tenant(tenant_id: int) -> QuerySet[Queue]:
 
 def queue_quota_vector(queue: Queue) -> QuotaVector:
     """`queue.quotas` as flat mappings: {"nvidia.com/gpu:H100": 8, "cpu": 64000, "memory": 274877906944}."""
+    return quota_vector(queue.quotas)
+
+
+def quota_vector(quotas: list[dict] | None) -> QuotaVector:
+    """A queue's `quotas` list as flat mappings (see queue_quota_vector)."""
     vector = QuotaVector()
-    for entry in queue.quotas or []:
+    for entry in quotas or []:
         resource = entry["resource"]
         key = resource_key(resource, entry.get("flavor") or "")
         vector.nominal[key] = resource_amount(resource, entry["nominal"])

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.audit import audit_record, snapshot
+from apps.core.bulk import bulk_set
 from apps.core.periodic import nudge
 from apps.core.principal import Principal
 from apps.tenants.models import Tenant
@@ -419,14 +420,12 @@ def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pendin
 
     Status, written by the admission cycle only (not audited: it is observed state, not a change anyone made).
     """
-    changed = []
+    changed: dict[int, dict[str, Any]] = {}
     now = timezone.now()
-    for queue in Queue.all_tenants.only("pk", "tenant_id", "name", "status_admitted", "status_pending"):
-        key = (queue.tenant_id, queue.name)
-        usage, waiting = admitted.get(key, {}), pending.get(key, 0)
-        if queue.status_admitted != usage or queue.status_pending != waiting:
-            queue.status_admitted, queue.status_pending, queue.status_updated_at = usage, waiting, now
-            changed.append(queue)
-    if changed:
-        Queue.all_tenants.bulk_update(changed, ["status_admitted", "status_pending", "status_updated_at"])
+    rows = Queue.all_tenants.values_list("pk", "tenant_id", "name", "status_admitted", "status_pending")
+    for pk, tenant_id, name, status_admitted, status_pending in rows:
+        usage, waiting = admitted.get((tenant_id, name), {}), pending.get((tenant_id, name), 0)
+        if status_admitted != usage or status_pending != waiting:
+            changed[pk] = {"status_admitted": usage, "status_pending": waiting, "status_updated_at": now}
+    bulk_set(Queue, changed)
     return len(changed)
