@@ -79,7 +79,9 @@ async def follow_job_logs(job: Job, *, index: int | None = None, tail: int | Non
         first = False
         if chunks:
             yield "".join(chunks)
-        finished = await sync_to_async(_finished, thread_sensitive=False)(job.pk)
+        # On the request's own sync thread, whose database connection Django closes after the request (a pool
+        # thread's connection would stay open).
+        finished = await sync_to_async(_finished)(job.pk)
         running = any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods)
         if finished and not running:
             # One more read after the pods ended, so nothing written in their last moments is lost.

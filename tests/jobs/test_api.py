@@ -52,10 +52,12 @@ def test_bad_specs_are_400_naming_the_field_and_create_nothing(client_a, overrid
     [("x" * 53, "at most 52"), ("Bad_Name", "DNS label"), ("-x", "DNS label")],
 )
 def test_bad_names_are_refused(client_a, name, message):
+    audits = AuditEntry.all_tenants.count()
     yaml = HELLO_YAML.replace("name: hello", f"name: {name}")
     response = client_a.generic("POST", "/api/v1/jobs/", yaml, content_type="application/yaml")
-    assert response.status_code == 400 and message in response.json()["error"]["message"]
-    assert not Job.all_tenants.exists()
+    error = response.json()["error"]
+    assert response.status_code == 400 and message in error["message"] and "name" in error["fields"]
+    assert not Job.all_tenants.exists() and AuditEntry.all_tenants.count() == audits
 
 
 def test_duplicate_names_are_refused_per_tenant_only(client_a, client_b):

@@ -249,3 +249,44 @@ def test_preemption_asks_the_victim_to_checkpoint_first(local, tenant_a, tmp_pat
     ]
     services.job_cancel(actor=ACTOR, job=low)
     drive(low, lambda j: j.is_terminal)
+
+
+@pytest.mark.django_db(transaction=True)  # the follower reads the job from other threads, as under ASGI
+def test_following_logs_streams_lines_while_the_job_runs_and_ends_with_it(local, tenant_a):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    from apps.jobs.logs import follow_job_logs
+
+    script = "import time\nfor i in range(8):\n    print('tick', i, flush=True)\n    time.sleep(0.4)\n"
+    job = make_job(tenant_a, "ticker", distributed={"enabled": False}, command=["python3", "-c", script])
+    drive(job, lambda j: j.phase == "Running")
+    job = Job.all_tenants.select_related("tenant").get(pk=job.pk)  # as the view's get_object() loads it
+
+    def phase() -> str:
+        return Job.all_tenants.get(pk=job.pk).phase
+
+    async def run() -> list[tuple[str, str]]:
+        arrived: list[tuple[str, str]] = []
+
+        async def reconcile_until_done() -> None:  # the ticker's part
+            while await sync_to_async(phase)() not in ("Succeeded", "Failed"):
+                await sync_to_async(reconcile_jobs)()
+                await asyncio.sleep(0.2)
+
+        ticker = asyncio.create_task(reconcile_until_done())
+        try:
+            async for chunk in follow_job_logs(job):
+                arrived.append((chunk, await sync_to_async(phase)()))
+            await asyncio.wait_for(ticker, 30)
+        finally:
+            await sync_to_async(lambda: connection.close())()  # the sync thread's own, as a request's end closes it
+        return arrived
+
+    arrived = asyncio.run(asyncio.wait_for(run(), 60))
+    text = "".join(chunk for chunk, _ in arrived)
+    assert text == "".join(f"[0] tick {i}\n" for i in range(8))  # every line once, in order, then the stream ends
+    assert len(arrived) >= 3 and arrived[0][1] == "Running"  # it came in pieces while the job ran
+    assert phase() == "Succeeded"

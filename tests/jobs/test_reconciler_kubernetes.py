@@ -169,17 +169,18 @@ def test_the_pvc_is_collected_after_ttl(cluster, kube, tenant_a):
 
 
 def test_elastic_resize_patches_parallelism_and_completions_together(cluster, kube, tenant_a):
-    job = make_job(tenant_a, "el", distributed={"enabled": True, "nodes": 3, "elastic": {"minNodes": 1}})
+    job = make_job(tenant_a, "el", distributed={"enabled": True, "nodes": 2, "elastic": {"minNodes": 1}})
     reconcile_jobs(kube)
-    assert cluster.stored(JOB, "el", NS)["spec"]["parallelism"] == 3
-    cluster.clear_requests()
-    services.job_resize(actor=ACTOR, job=job, nodes=1)
-    reconcile_jobs(kube)
-    patch = cluster.last_request("PATCH", f"/apis/batch/v1/namespaces/{NS}/jobs/el")
-    assert patch.body["spec"]["parallelism"] == patch.body["spec"]["completions"] == 1
-    assert _writes(cluster) == [f"PATCH /apis/batch/v1/namespaces/{NS}/jobs/el"]
-    job.refresh_from_db()
-    assert job.observed_generation == job.generation == 2 and job.current_nodes == 1
+    assert cluster.stored(JOB, "el", NS)["spec"]["parallelism"] == 2
+    for generation, nodes in ((2, 1), (3, 2)):  # 2 -> 1 -> 2
+        cluster.clear_requests()
+        services.job_resize(actor=ACTOR, job=job, nodes=nodes)
+        reconcile_jobs(kube)
+        patch = cluster.last_request("PATCH", f"/apis/batch/v1/namespaces/{NS}/jobs/el")
+        assert patch.body["spec"]["parallelism"] == patch.body["spec"]["completions"] == nodes
+        assert _writes(cluster) == [f"PATCH /apis/batch/v1/namespaces/{NS}/jobs/el"]
+        job.refresh_from_db()
+        assert job.observed_generation == job.generation == generation and job.current_nodes == nodes
 
 
 def test_a_job_wanting_more_gpus_than_exist_waits_with_the_reason(cluster, kube, tenant_a):
