@@ -419,9 +419,11 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
             return
         if self.mode == "kai":
             pending = [kai.unschedulable_reason(p) for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
-            if any(pending) and job.phase != JobPhase.RUNNING:
-                reason = next(r for r in pending if r)
-                self._update(job, phase=JobPhase.QUEUED, reason="Unschedulable", message=f"KAI scheduler: {reason}")
+            running = any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+            if any(pending) and not running:  # not scheduled yet, or evicted by KAI and waiting to be again
+                message = f"KAI scheduler: {next(r for r in pending if r)}"
+                events = [("Evicted", message, "Warning")] if job.phase == JobPhase.RUNNING else []
+                self._update(job, events=events, phase=JobPhase.QUEUED, reason="Unschedulable", message=message)
                 return
         if workload["kind"] == "Job":
             seen = from_batch_job(workload, pods, was_running=job.phase == JobPhase.RUNNING)

@@ -14,6 +14,7 @@ from apps.cluster.backends.base import (
     LOCAL_QUEUE,
     MULTIKUEUE_CLUSTER,
     MULTIKUEUE_CONFIG,
+    POD,
     RESOURCE_FLAVOR,
 )
 from apps.cluster.backends.kubernetes import KubernetesBackend
@@ -24,6 +25,7 @@ from apps.tenants.reconciler import reconcile_tenants
 from tests import crd_schema
 from tests.factories import ACTOR
 from tests.jobs.factories import make_job
+from tests.jobs.test_reconciler_kubernetes import _set_job_status
 from tests.kmock_cluster import running_kmock
 
 pytestmark = pytest.mark.django_db
@@ -172,6 +174,20 @@ def test_kueue_mode_job_flow_suspended_admitted_running_evicted(cluster, kube, t
     assert job.phase == "Queued" and "higher priority" in job.message
 
 
+def _pending_pod(labels: dict, name: str, message: str) -> dict:
+    """A job pod KAI has not scheduled, with its reason (as KAI writes it on PodScheduled)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+        },
+    }
+
+
 def test_kai_mode_generates_queues_and_pods_for_the_kai_scheduler(cluster, kube, tenant_a, settings):
     assert reconcile_admission_objects(kube, mode="kai").errors == 0
     child = cluster.stored(KAI_QUEUE, "gryvia-alpha-team-a")
@@ -184,28 +200,26 @@ def test_kai_mode_generates_queues_and_pods_for_the_kai_scheduler(cluster, kube,
     assert template["spec"]["schedulerName"] == "kai-scheduler"
     assert template["metadata"]["labels"]["kai.scheduler/queue"] == "gryvia-alpha-team-a"
     labels = template["metadata"]["labels"]
-    cluster.seed(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "kaij-0-x", "namespace": NS, "labels": labels},
-            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "queue gryvia-alpha-team-a is over its quota",
-                    }
-                ],
-            },
-        }
-    )
+    pod = _pending_pod(labels, "kaij-0-x", "queue gryvia-alpha-team-a is over its quota")
+    cluster.seed(pod)
     reconcile_jobs(kube)
     job.refresh_from_db()
     assert job.phase == "Queued" and "over its quota" in job.message
+    # KAI schedules it: the pod runs.
+    cluster.seed({**pod, "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}})
+    _set_job_status(cluster, "kaij", {"active": 1, "ready": 1})
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Running"
+    # KAI preempts it for a higher-priority job: the pod is evicted and its replacement waits unschedulable.
+    cluster.unseed(POD, "kaij-0-x", NS)
+    evicted = "queue gryvia-alpha-team-a: reclaimed by a higher-priority workload"
+    cluster.seed(_pending_pod(labels, "kaij-0-y", evicted))
+    _set_job_status(cluster, "kaij", {"active": 1, "ready": 0})
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Queued" and job.reason == "Unschedulable" and evicted in job.message
+    assert job.events.filter(reason="Evicted", type="Warning").exists()
 
 
 def test_kai_mode_job_with_a_gpu_fraction(cluster, kube, tenant_a, settings):
