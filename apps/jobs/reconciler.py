@@ -12,8 +12,6 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
-from django.db.models.fields.json import KT
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -32,27 +30,23 @@ from apps.cluster.backends.base import (
     ClusterBackend,
     object_key,
 )
-from apps.core.bulk import bulk_set
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
-from apps.tenants.services import api_key_issue_bound, api_key_revoke_bound, api_keys_issue_bound
+from apps.tenants.services import api_key_issue_bound
 
-from . import admission_inputs, manifests, selectors, services
+from . import admission_inputs, manifests, services
 from . import choices as C
 from .admission import GPU, Decision, admit
-from .choices import HOLDING_PHASES, TERMINAL_PHASES, WAITING_PHASES, JobPhase
+from .choices import JobPhase
 from .models import Job
+from .reconciler_pass import PassMixin
 from .reconciler_placement import PlacementMixin
 from .status import Observed, from_batch_job, from_stateful_set, set_condition
 
 logger = logging.getLogger(__name__)
 TOKEN_PLACEHOLDER = "issued-at-apply"
 NODE_LOSS_GRACE = dt.timedelta(seconds=60)
-# job uid -> what its last observation saw (its row's state, its objects' resourceVersions): a later pass in this
-# process that sees the same leaves the job alone. Only ever a shortcut: a fresh process observes every job.
-_SEEN: dict[str, tuple] = {}
-_SEEN_MAX = 200_000
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
@@ -63,7 +57,7 @@ def _ts(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
 
-class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
+class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
     kind = "job"
     managed_kinds = (PVC, SECRET, JOB, STATEFUL_SET, SERVICE)
     observed_kinds = (POD,)
@@ -163,86 +157,6 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
         services.job_events_record(events)
 
     # -- owners -------------------------------------------------------------------------------------------------
-
-    def owners(self):
-        """The jobs this pass has something to do for: every job that runs or has ended and whose row or objects
-        changed since this process last looked, and of the waiting ones only those admission decided something new
-        for (or that were cancelled). The others wait in their queues untouched."""
-        native = self.mode == "native"
-        candidates = Job.all_tenants.filter(finalized=False)
-        decided = {
-            pk
-            for pk, d in self.decisions.items()
-            if d.outcome != "wait" or self.head_status.get(pk) != (JobPhase.QUEUED, d.reason, d.message)
-        }
-        if native:
-            candidates = candidates.filter(
-                ~Q(phase__in=WAITING_PHASES) | Q(cancel_requested_at__isnull=False) | Q(pk__in=decided)
-            )
-        rows = candidates.values_list(
-            "pk", "uid", "phase", "generation", "observed_generation", "cancel_requested_at", "completion_time"
-        ).annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
-        self.candidate_keys: set[str] = set()
-        wanted = []
-        default_ttl = settings.GRYVIA_JOB_TTL_S
-        for pk, uid, phase, generation, observed_generation, cancel_at, completion_time, ttl in rows:
-            key = str(uid)
-            self.candidate_keys.add(key)
-            seen = self._fingerprint(key, (phase, generation, observed_generation, cancel_at))
-            if (
-                not native
-                or pk in self.decisions
-                or seen is None
-                or _SEEN.get(key) != seen
-                or (self.lost_nodes and phase in HOLDING_PHASES)
-                or (  # collected after its TTL
-                    phase in TERMINAL_PHASES
-                    and completion_time is not None
-                    and self.now >= completion_time + dt.timedelta(seconds=int(default_ttl if ttl is None else ttl))
-                )
-            ):
-                wanted.append(pk)
-        for start in range(0, len(wanted), 500):
-            jobs = list(selectors.jobs_to_reconcile().filter(pk__in=wanted[start : start + 500]))
-            self._issue_tokens(jobs)
-            yield from jobs
-
-    def _issue_tokens(self, jobs: list[Job]) -> None:
-        """The tokens of the workloads about to be created, issued together (prepare() hands them out)."""
-        starting = [
-            job
-            for job in jobs
-            if getattr(self.decisions.get(job.pk), "outcome", None) == "admit"
-            and f"Secret/{job.tenant.namespace}/{manifests.names(job.name)['secret']}"
-            not in self.live_by_owner.get(str(job.uid), {})
-        ]
-        self._tokens.update(
-            api_keys_issue_bound(
-                [(job.tenant_id, f"job:{job.uid}", [JOBS_REPORT], f"job {job.name}") for job in starting]
-            )
-        )
-
-    def _fingerprint(self, key: str, row_state: tuple, live: dict[str, dict[str, Any]] | None = None) -> tuple | None:
-        """What observing a job depends on: its row's state and its objects' versions (None: unknown versions)."""
-        versions = []
-        for obj in (self.live_by_owner.get(key, {}) if live is None else live).values():
-            versions.append((obj.get("metadata") or {}).get("resourceVersion"))
-        for objects in self.observed_by_owner.get(key, {}).values():
-            versions += [(o.get("metadata") or {}).get("resourceVersion") for o in objects]
-        if None in versions:
-            return None
-        return (*row_state, tuple(sorted(versions)))
-
-    def owners_alive(self, keys: set[str]) -> set[str]:
-        """Jobs left out of owners() keep their objects: those with nothing new this pass, and waiting ones (a PVC
-        made before they were queued again)."""
-        alive = keys & self.candidate_keys
-        rest = keys - alive
-        if rest:
-            alive |= {
-                str(uid) for uid in Job.all_tenants.filter(uid__in=rest, finalized=False).values_list("uid", flat=True)
-            }
-        return alive
 
     def owner_key(self, owner: Job) -> str:
         return str(owner.uid)
@@ -345,13 +259,6 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
         return manifest
 
     # -- status -------------------------------------------------------------------------------------------------
-
-    def write_status(self, owner: Job, *, generation: int, applied: dict[str, str]) -> None:
-        """Buffered: end_pass() writes it, compare-and-swap on `generation`."""
-        if owner.observed_generation == generation and owner.status_applied == applied:
-            return
-        self._status[owner.pk] = (generation, applied)
-        owner.observed_generation, owner.status_applied = generation, applied
 
     def record_error(self, owner: Job, message: str) -> None:
         if owner.message != message:
@@ -515,58 +422,6 @@ class JobReconciler(PlacementMixin, OwnerReconciler[Job]):
         self._revoke.append(f"job:{job.uid}")
         kind = "Warning" if phase == JobPhase.FAILED else "Normal"
         self._update(job, events=[(phase, message or reason or phase, kind)], **changes)
-
-    def _update(self, job: Job, *, events: list[tuple[str, str, str]] | None = None, **changes: Any) -> None:
-        """Record changed status fields and their events; end_pass() writes them (never over a terminal phase)."""
-        changed = {k: v for k, v in changes.items() if getattr(job, k) != v}
-        if not changed:
-            return
-        self._changes.setdefault(job.pk, {}).update(changed)
-        self._jobs[job.pk] = job
-        for key, value in changed.items():
-            setattr(job, key, value)
-        self._events += [(job, reason, message, kind) for reason, message, kind in events or []]
-
-    def _observe(self, owner, live, extra, stats) -> None:
-        phase = owner.phase
-        super()._observe(owner, live, extra, stats)
-        if owner.phase != phase and (owner.is_terminal or owner.phase == JobPhase.PREEMPTED):
-            # What it wants moved with its phase (its token goes; a preempted workload goes; with a TTL of 0 all
-            # of it goes): reconcile it again now rather than next pass.
-            again = self._reconcile_one(owner, live, stats)
-            if again is None:
-                return
-            live = again
-            super()._observe(owner, live, extra, stats)
-        key = str(owner.uid)
-        seen = self._fingerprint(  # as the next pass will see it if nothing changes: the objects as they are now
-            key, (owner.phase, owner.generation, owner.observed_generation, owner.cancel_requested_at), live
-        )
-        if seen is not None:
-            self._seen_now[key] = seen
-
-    def end_pass(self) -> None:
-        """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk."""
-        written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
-        for pk in set(self._changes) - written:  # became terminal meanwhile: its events did not happen
-            self._jobs[pk].refresh_from_db()
-        events = [e for e in self._events if e[0].pk in written]
-        if self._status:
-            bulk_set(
-                Job,
-                {pk: {"observed_generation": g, "status_applied": a} for pk, (g, a) in self._status.items()},
-                when={pk: {"generation": g} for pk, (g, _a) in self._status.items()},
-            )
-        if self._revoke:
-            api_key_revoke_bound(bound_to=self._revoke)
-        if self._finalize:
-            Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
-        services.job_events_record(events)
-        if len(_SEEN) > _SEEN_MAX:
-            _SEEN.clear()
-        _SEEN.update(self._seen_now)
-        self._changes, self._jobs, self._events, self._status, self._revoke, self._seen_now = {}, {}, [], {}, [], {}
-        self._finalize = []
 
 
 def reconcile_jobs(backend: ClusterBackend | None = None) -> ReconcileStats:

@@ -33,8 +33,8 @@ class JobConflict(Conflict):
     """The job is in a state that does not allow this (HTTP 409)."""
 
 
-def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> None:
-    audit_record(
+def _audit_fields(actor: Principal, action: str, job: Job, before: Any, after: Any) -> dict[str, Any]:
+    return dict(
         actor=actor,
         action=action,
         obj=job,
@@ -45,6 +45,10 @@ def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> 
         before=before,
         after=after,
     )
+
+
+def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> None:
+    audit_record(**_audit_fields(actor, action, job, before, after))
 
 
 def job_event(*, job: Job, reason: str, message: str, type: str = "Normal", actor: Principal = RECONCILER) -> None:
@@ -62,16 +66,8 @@ def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Princip
     )
     audit_record_many(
         [
-            dict(
-                actor=actor,
-                action=f"job.{reason[0].lower()}{reason[1:]}",
-                obj=job,
-                object_type="job",
-                object_id=job.name,
-                tenant_id=job.tenant_id,
-                tenant_slug=job.tenant.slug,
-                before=None,
-                after={"reason": reason, "message": message[:500]},
+            _audit_fields(
+                actor, f"job.{reason[0].lower()}{reason[1:]}", job, None, {"reason": reason, "message": message[:500]}
             )
             for job, reason, message, _kind in events
         ]
