@@ -188,6 +188,9 @@ def test_logs_ctrl_c_exits_130_quietly(standin: StandIn, config_path: Path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal's Ctrl-C finds it, even when the tests run in a background job (where SIGINT is ignored,
+        # and the ignoring would be inherited).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None
