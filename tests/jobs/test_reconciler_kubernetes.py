@@ -229,3 +229,35 @@ def test_node_loss_force_deletes_pods_with_a_uid_precondition(cluster, kube, ten
     assert job.node_loss_recoveries == 1 and job.lost_steps == 7
     assert JobEvent.objects.filter(job=job, reason="NodeLost", type="Warning").exists()
     assert NODE.kind == "Node"
+
+
+def test_gryvia_backend_kubernetes_reaches_the_cluster_of_the_kubeconfig(
+    cluster, tenant_a, tmp_path, monkeypatch, settings
+):
+    """The setting alone (and the usual kubeconfig) makes the process-wide backend, and a plain reconcile_jobs(),
+    talk to the cluster: no test-only wiring."""
+    from apps.cluster.backends import get_backend, set_backend
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: kmock\n"
+        f"clusters: [{{name: kmock, cluster: {{server: '{cluster.url}'}}}}]\n"
+        "users: [{name: nobody, user: {}}]\n"
+        "contexts: [{name: kmock, context: {cluster: kmock, user: nobody}}]\n"
+    )
+    from kubernetes.config import kube_config
+
+    # KUBECONFIG as the operator sets it before start (the client reads it once, at import).
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    settings.GRYVIA_BACKEND = "kubernetes"
+    set_backend(None)
+    try:
+        assert isinstance(get_backend(), KubernetesBackend)
+        reconcile_tenants()
+        cluster.seed(_node("gpu-1", gpus=8))
+        make_job(tenant_a, "viaenv")
+        reconcile_jobs()
+        assert cluster.stored(JOB, "viaenv", NS) is not None
+    finally:
+        set_backend(None)
