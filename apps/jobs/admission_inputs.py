@@ -48,14 +48,6 @@ def request_of(spec: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def job_request(job: Job) -> dict[str, int]:
-    return request_of(job.spec)
-
-
-def queue_name(job: Job) -> str:
-    return job.queue_name or job.spec.get("queueName") or "default"
-
-
 class Priorities:
     """A job's priority: its priority class's value (or the default class's), else `spec.priority`."""
 
