@@ -55,10 +55,10 @@ class QueueQuota:
     nominal: Mapping[str, int] = field(default_factory=dict)
     borrowing_limit: Mapping[str, int | None] = field(default_factory=dict)
     lending_limit: Mapping[str, int | None] = field(default_factory=dict)
+    key: tuple[int, str] = field(init=False, repr=False, compare=False)  # (tenant id, name)
 
-    @property
-    def key(self) -> tuple[int, str]:
-        return (self.tenant_id, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.tenant_id, self.name))
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,13 @@ class _State:
         for queue in self.queues.values():
             if queue.cohort is not None:
                 self.cohorts[queue.cohort].append(queue)
+        # Each cohort's pooled nominal quota, for the resources every member has one for, and its usage of them
+        # (kept up to date by take(): cohort_room is asked for every job tried).
+        self.cohort_pool: dict[str, dict[str, int]] = {}
+        for name, members in self.cohorts.items():
+            shared = set.intersection(*(set(m.nominal) for m in members))
+            self.cohort_pool[name] = {r: sum(m.nominal[r] for m in members) for r in shared}
+        self.cohort_used: dict[str, dict[str, int]] = defaultdict(dict)
         self._pools: dict[tuple[int, str], dict[str, int]] = {}
         self._members: dict[tuple[int, str], list[QueueQuota]] = {}
         self._max_lendable: dict[tuple[tuple[int, str], str], int] = {}
@@ -137,16 +144,14 @@ class _State:
         self.used: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
         self.tenant_used: dict[int, dict[str, int]] = defaultdict(dict)
         for holding in holdings:
-            key = self.queue_of(holding.tenant_id, holding.queue).key
-            _add(self.used[key], holding.request)
-            _add(self.tenant_used[holding.tenant_id], holding.request)
-            for resource, amount in holding.request.items():
-                if resource in self.free:
-                    self.free[resource] -= amount
+            self.take(holding.tenant_id, holding.queue, holding.request)
 
     def take(self, tenant_id: int, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
-        _add(self.used[self.queue_of(tenant_id, queue).key], request, sign)
+        own = self.queue_of(tenant_id, queue)
+        _add(self.used[own.key], request, sign)
         _add(self.tenant_used[tenant_id], request, sign)
+        if own.cohort is not None:
+            _add(self.cohort_used[own.cohort], request, sign)
         for resource, amount in request.items():
             if resource in self.free:
                 self.free[resource] -= sign * amount
@@ -196,11 +201,10 @@ class _State:
 
     def cohort_room(self, queue: QueueQuota, resource: str) -> int | None:
         """Room left in the cohort's pooled nominal quota for `resource` (None: not pooled)."""
-        members = [queue, *self.cohort_members(queue)]
-        if queue.cohort is None or not all(resource in m.nominal for m in members):
+        if queue.cohort is None:
             return None
-        pool = sum(m.nominal[resource] for m in members)
-        return pool - sum(self.used[m.key].get(resource, 0) for m in members)
+        pool = self.cohort_pool[queue.cohort].get(resource)
+        return None if pool is None else pool - self.cohort_used[queue.cohort].get(resource, 0)
 
     def dominant_share(self, tenant_id: int, queue: QueueQuota) -> float:
         """The tenant's largest share of any resource its cohort (or queue) provides, over its queue's weight."""
@@ -339,9 +343,13 @@ def admit(
     pending = list(waiting)
     rejected: dict[int, str] = {}
     lines: dict[tuple[int, str], list[Demand]] = defaultdict(list)  # each queue's jobs, in queue order
+    never: dict[tuple, str | None] = {}  # jobs of one tenant and queue asking for the same get the same answer
     for demand in pending:
         queue = state.queue_of(demand.tenant_id, demand.queue)
-        reason = _never_fits(state, demand, queue)
+        ask = (queue.key, tuple(demand.request.items()))
+        if ask not in never:
+            never[ask] = _never_fits(state, demand, queue)
+        reason = never[ask]
         if reason:
             rejected[demand.job_id] = reason
         else:
@@ -380,6 +388,7 @@ def admit(
         tenant_queues[key[0]].append(key)
         push(key)
     held: set[str] = set()
+    asked = {r for demand in pending for r in demand.request}  # once all of it is held, every job left waits
     # A job that jobs were evicted for keeps what they free within its queue: the queue's later jobs may not take
     # it, or they would start in its place and be evicted for it again.
     kept: dict[tuple[int, str], set[str]] = defaultdict(set)
@@ -407,6 +416,10 @@ def admit(
             if demand.preempting:
                 kept[key] |= set(demand.request)
             passed[key].append(demand)
+            if asked <= held:  # nothing left can be admitted: the rest wait, each queue's in its order
+                for rest in lines:
+                    passed[rest] += lines[rest][cursor[rest] :]
+                break
         push(key)
     remaining = {key: line for key, line in passed.items() if line}
     preempting: dict[int, list[Holding]] = {}
@@ -419,10 +432,16 @@ def admit(
             if victims:
                 preempting[demand.job_id] = victims
                 break
+    # What each waiting job misses, at the end of the cycle (jobs of one tenant and queue asking for the same
+    # miss the same).
+    misses: dict[tuple, str | None] = {}
     for line in remaining.values():
         for demand in line:
             queue = state.queue_of(demand.tenant_id, demand.queue)
-            missing, _, _ = _missing(state, demand, queue)
+            ask = (queue.key, tuple(demand.request.items()))
+            if ask not in misses:
+                misses[ask] = _missing(state, demand, queue)[0]
+            missing = misses[ask]
             reason = _reason(missing)
             if demand.job_id in preempting:
                 names = ", ".join(str(v.job_id) for v in preempting[demand.job_id])
