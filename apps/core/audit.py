@@ -10,6 +10,7 @@ from typing import Any
 from django.db import models
 
 from . import events
+from .bulk import bulk_insert
 from .models import AuditEntry
 from .principal import Principal
 
@@ -44,9 +45,9 @@ def audit_record(
     tenant_slug: str = "",
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
-) -> AuditEntry:
+) -> None:
     """Write one audit row in the caller's transaction, and broadcast the change once it commits."""
-    return audit_record_many(
+    audit_record_many(
         [
             dict(
                 actor=actor,
@@ -60,29 +61,32 @@ def audit_record(
                 after=after,
             )
         ]
-    )[0]
+    )
 
 
-def audit_record_many(records: list[dict[str, Any]]) -> list[AuditEntry]:
-    """`audit_record` for many changes (each a dict of its keyword arguments): one INSERT, one broadcast trip."""
-    entries = [
-        AuditEntry(
-            tenant_id=r["tenant_id"],
-            tenant_slug=r.get("tenant_slug", ""),
-            actor=r["actor"].label[:200],
-            actor_user_id=r["actor"].user_id,
-            action=r["action"],
-            object_type=r["object_type"],
-            object_id=r["object_id"],
-            object_repr=str(r["obj"])[:300],
-            before=r["before"],
-            after=r["after"],
-        )
-        for r in records
-    ]
-    if not entries:
-        return []
-    entries = AuditEntry.all_tenants.bulk_create(entries, batch_size=1000)
+def audit_record_many(records: list[dict[str, Any]]) -> int:
+    """`audit_record` for many changes (each a dict of its keyword arguments): one INSERT, one broadcast trip.
+    Returns how many rows were written."""
+    if not records:
+        return 0
+    count = bulk_insert(
+        AuditEntry,
+        [
+            {
+                "tenant_id": r["tenant_id"],
+                "tenant_slug": r.get("tenant_slug", ""),
+                "actor": r["actor"].label[:200],
+                "actor_user_id": r["actor"].user_id,
+                "action": r["action"],
+                "object_type": r["object_type"],
+                "object_id": r["object_id"],
+                "object_repr": str(r["obj"])[:300],
+                "before": r["before"],
+                "after": r["after"],
+            }
+            for r in records
+        ],
+    )
     events.broadcast_many(
         [
             {
@@ -95,4 +99,4 @@ def audit_record_many(records: list[dict[str, Any]]) -> list[AuditEntry]:
             for r in records
         ]
     )
-    return entries
+    return count

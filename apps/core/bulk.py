@@ -1,9 +1,13 @@
-"""One UPDATE for many rows with different values: what a reconcile pass writes back, in one statement.
+"""Many rows in one statement: what a reconcile pass writes back (`bulk_set`) and the rows it appends (`bulk_insert`).
 
-Django's `bulk_update` builds one `When(pk=...)` filter per row and field, which costs more CPU than the rows it
-saves; a pass that writes the status of a hundred jobs wants one statement of plain `CASE id WHEN ... THEN ...`
-terms instead. Values go through each field's `get_db_prep_value`, so JSON, datetimes and booleans are stored as
-the ORM would store them. Works on PostgreSQL and SQLite (both have `RETURNING`).
+Django's `bulk_update` builds one `When(pk=...)` filter per row and field, and `bulk_create` one model instance and
+one prepared value list per row: both cost more CPU than the round trips they save when a pass writes a few dozen
+rows. Here values go through each field's `get_db_prep_value` (JSON, datetimes, UUIDs are stored as the ORM would
+store them) and straight into the statement.
+
+On PostgreSQL each column travels as one array parameter (`unnest(%s::jsonb[], ...)`), so the statement's text
+depends only on which columns are written, never on how many rows: the driver parses it once and caches it. SQLite
+gets `CASE id WHEN ... THEN ...` terms (update) and `executemany` (insert).
 """
 
 from __future__ import annotations
@@ -12,6 +16,38 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connection, models
+from django.utils import timezone
+
+# Field types whose Python values are already what the database driver takes: no get_db_prep_value call per value.
+_PLAIN = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "ForeignKey",
+        "IntegerField",
+        "PositiveBigIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "SlugField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
+
+
+def _prep(field: models.Field) -> Any:
+    """A function from a Python value to the value the driver is given for `field`."""
+    if field.get_internal_type() in _PLAIN:
+        return lambda value: value
+    return lambda value: field.get_db_prep_value(value, connection)
+
+
+def _array_type(field: models.Field) -> str:
+    target = field.target_field if field.is_relation else field
+    return f"{target.db_type(connection)}[]"
 
 
 def bulk_set(
@@ -29,13 +65,58 @@ def bulk_set(
     """
     if not rows:
         return set()
-    meta = model._meta
+    when = when or {}
+    update = _update_postgresql if connection.vendor == "postgresql" else _update_case
+    sql, params = update(model._meta, rows, when, exclude or {})
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {model._meta.pk.to_python(row[0]) for row in cursor.fetchall()}
+
+
+def _exclusions(meta: Any, exclude: Mapping[str, Sequence[Any]], column: Any) -> tuple[list[str], list[Any]]:
+    terms, params = [], []
+    for name, values in exclude.items():
+        field = meta.get_field(name)
+        terms.append(f"{column(field)} NOT IN ({', '.join(['%s'] * len(values))})")
+        params += [field.get_db_prep_value(value, connection) for value in values]
+    return terms, params
+
+
+def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    pks = list(rows)
+    fields = sorted({name for changes in rows.values() for name in changes})
+    conditions = sorted({name for checks in when.values() for name in checks})
+    inputs = [f"%s::{_array_type(meta.pk)}"]
+    params: list[Any] = [[meta.pk.get_db_prep_value(pk, connection) for pk in pks]]
+    sets, wheres = [], [f"{table}.{quote(meta.pk.column)} = v.k"]
+    for index, name in enumerate(fields):
+        field, prep = meta.get_field(name), _prep(meta.get_field(name))
+        column = quote(field.column)
+        inputs += ["%s::boolean[]", f"%s::{_array_type(field)}"]
+        params += [[name in rows[pk] for pk in pks], [prep(rows[pk].get(name)) for pk in pks]]
+        sets.append(f"{column} = CASE WHEN v.h{index} THEN v.v{index} ELSE {table}.{column} END")
+    for index, name in enumerate(conditions):
+        field, prep = meta.get_field(name), _prep(meta.get_field(name))
+        inputs += ["%s::boolean[]", f"%s::{_array_type(field)}"]
+        checks = [when.get(pk) or {} for pk in pks]
+        params += [[name in c for c in checks], [prep(c.get(name)) for c in checks]]
+        wheres.append(f"(NOT v.wh{index} OR {table}.{quote(field.column)} = v.w{index})")
+    names = ["k"] + [f"h{i}, v{i}" for i in range(len(fields))] + [f"wh{i}, w{i}" for i in range(len(conditions))]
+    terms, extra = _exclusions(meta, exclude, lambda field: f"{table}.{quote(field.column)}")
+    sql = (
+        f"UPDATE {table} SET {', '.join(sets)} FROM unnest({', '.join(inputs)}) AS v({', '.join(names)}) "
+        f"WHERE {' AND '.join(wheres + terms)} RETURNING {table}.{quote(meta.pk.column)}"
+    )
+    return sql, params + extra
+
+
+def _update_case(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
     quote = connection.ops.quote_name
     pk_column = quote(meta.pk.column)
     fields = sorted({name for changes in rows.values() for name in changes})
-    when = when or {}
     sets, params = [], []
-
     pk_prep = meta.pk.get_db_prep_value
 
     def condition(pk: Any) -> str:
@@ -59,13 +140,58 @@ def bulk_set(
     pks = list(rows)
     where = [f"{pk_column} IN ({', '.join(['%s'] * len(pks))})"]
     params += [pk if type(pk) is int else pk_prep(pk, connection) for pk in pks]
-    for name, values in (exclude or {}).items():
-        field = meta.get_field(name)
-        where.append(f"{quote(field.column)} NOT IN ({', '.join(['%s'] * len(values))})")
-        params += [field.get_db_prep_value(value, connection) for value in values]
+    terms, extra = _exclusions(meta, exclude, lambda field: quote(field.column))
+    where += terms
+    params += extra
     if when:  # a row whose conditions fail must not be reported as updated
         where.append("(" + " OR ".join(f"({condition(pk)})" for pk in pks) + ")")
     sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {pk_column}"
+    return sql, params
+
+
+def bulk_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert rows given as {field attname: value} dicts (`job_id`, not `job`) in one statement; returns the count.
+
+    Fields a row leaves out get their default (`auto_now`/`auto_now_add`: now; nullable: NULL). No model
+    instances are built, no signals are sent and no primary keys come back: for append-only rows (events, audit
+    entries, usage records) written in bulk.
+    """
+    if not rows:
+        return 0
+    meta = model._meta
+    now = timezone.now()
+    fields = [f for f in meta.concrete_fields if not f.primary_key or any(f.attname in r for r in rows)]
+    columns = []
+    for field in fields:
+        prep = _prep(field)
+        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            default: Any = now
+        elif field.has_default():
+            default = field.get_default()
+        elif field.null:
+            default = None
+        else:
+            default = _Missing(field)
+        columns.append([prep(row[field.attname] if field.attname in row else _given(default)) for row in rows])
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(f.column) for f in fields)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {meta.pk.to_python(row[0]) for row in cursor.fetchall()}
+        if connection.vendor == "postgresql":
+            inputs = ", ".join(f"%s::{_array_type(f)}" for f in fields)
+            cursor.execute(f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT * FROM unnest({inputs})", columns)
+        else:
+            marks = ", ".join(["%s"] * len(fields))
+            values = list(zip(*columns, strict=True))
+            cursor.executemany(f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({marks})", values)
+    return len(rows)
+
+
+class _Missing:
+    def __init__(self, field: models.Field) -> None:
+        self.field = field
+
+
+def _given(default: Any) -> Any:
+    if isinstance(default, _Missing):
+        raise ValueError(f"bulk_insert: {default.field.model.__name__}.{default.field.attname} has no default")
+    return default

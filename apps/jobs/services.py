@@ -14,6 +14,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.core.audit import audit_record, audit_record_many, snapshot
+from apps.core.bulk import bulk_insert
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
@@ -60,9 +61,12 @@ def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Princip
     """`job_event` for many (job, reason, message, type): one INSERT of events, one of audit rows."""
     if not events:
         return
-    JobEvent.objects.bulk_create(
-        [JobEvent(job=job, type=kind, reason=reason, message=message[:2000]) for job, reason, message, kind in events],
-        batch_size=1000,
+    bulk_insert(
+        JobEvent,
+        [
+            {"job_id": job.pk, "type": kind, "reason": reason, "message": message[:2000]}
+            for job, reason, message, kind in events
+        ],
     )
     audit_record_many(
         [
