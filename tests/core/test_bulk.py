@@ -27,7 +27,7 @@ def test_bulk_set_writes_each_rows_values_in_one_statement():
     a, b, c = _jobs(3)
     rows = {
         a.pk: {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "start_time": WHEN},
-        b.pk: {"phase": "Failed", "message": "it's \"quoted\"; {braces}, commas", "placement": None},
+        b.pk: {"phase": "Failed", "message": 'it\'s "quoted"; {braces}, commas', "placement": None},
         c.pk: {"gpus_allocated": 4, "admitted_borrowing": True, "request": {"nvidia.com/gpu": 4}},
     }
     with CaptureQueriesContext(connection) as queries:
@@ -36,7 +36,7 @@ def test_bulk_set_writes_each_rows_values_in_one_statement():
     assert len(queries) == 1
     a2, b2, c2 = (Job.all_tenants.get(pk=j.pk) for j in (a, b, c))
     assert (a2.phase, a2.conditions, a2.start_time) == ("Running", [{"type": "Ready", "status": "True"}], WHEN)
-    assert (b2.phase, b2.message, b2.placement) == ("Failed", "it's \"quoted\"; {braces}, commas", None)
+    assert (b2.phase, b2.message, b2.placement) == ("Failed", 'it\'s "quoted"; {braces}, commas', None)
     assert (c2.gpus_allocated, c2.admitted_borrowing, c2.request) == (4, True, {"nvidia.com/gpu": 4})
     # Columns a row did not name keep their values.
     assert (a2.message, b2.start_time, c2.phase) == (a.message, None, c.phase)
