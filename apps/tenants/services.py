@@ -22,7 +22,16 @@ from .models.tenant import TenantPhase
 from .selectors import memberships_of_user
 
 LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
-TENANT_SPEC_FIELDS = ("display_name", "labels", "suspended", "max_gpus", "gpu_type_ceilings", "max_cpu", "max_memory")
+TENANT_SPEC_FIELDS = (
+    "display_name",
+    "labels",
+    "suspended",
+    "max_gpus",
+    "gpu_type_ceilings",
+    "max_cpu",
+    "max_memory",
+    "tokens_per_day",
+)
 RECONCILE = "reconcile-tenants"
 
 

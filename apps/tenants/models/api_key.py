@@ -30,8 +30,26 @@ class ApiKey(TenantOwnedModel):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # LLM gateway limits (empty: none beyond the tenant's). Models: names the key may call; empty: every model the
+    # tenant may use.
+    allowed_models = models.JSONField(default=list, blank=True)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True)
 
-    AUDIT_FIELDS = ("key_id", "name", "scopes", "is_platform", "expires_at", "revoked_at", "previous_valid_until")
+    AUDIT_FIELDS = (
+        "key_id",
+        "name",
+        "scopes",
+        "is_platform",
+        "expires_at",
+        "revoked_at",
+        "previous_valid_until",
+        "allowed_models",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "tokens_per_day",
+    )
 
     def __str__(self) -> str:
         return f"gry_{self.key_id}_… ({self.name or 'unnamed'})"

@@ -31,6 +31,9 @@ class Tenant(models.Model):
     gpu_type_ceilings = models.JSONField(default=dict, blank=True, help_text='{"H100": 8, "A100": 16}')
     max_cpu = models.CharField(max_length=20, blank=True, default="", help_text="Kubernetes quantity, e.g. 64")
     max_memory = models.CharField(max_length=20, blank=True, default="", help_text="Kubernetes quantity, e.g. 256Gi")
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="LLM gateway: input + output tokens per UTC day, all keys; empty: no limit"
+    )
     archived_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     generation = models.PositiveBigIntegerField(default=1)
@@ -52,6 +55,7 @@ class Tenant(models.Model):
         "gpu_type_ceilings",
         "max_cpu",
         "max_memory",
+        "tokens_per_day",
         "archived_at",
     )
 

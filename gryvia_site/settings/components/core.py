@@ -7,6 +7,10 @@ DATA_DIR = data_dir()
 SECRET_KEY = secret_from_env_or_file("SECRET_KEY", "secret_key", production=PRODUCTION)
 # The pepper for API key digests: a leaked database alone cannot be used to test guessed keys.
 GRYVIA_API_KEY_PEPPER = secret_from_env_or_file("GRYVIA_API_KEY_PEPPER", "api_key_pepper", production=PRODUCTION)
+# Secrets stored to be used again (upstream API keys) are encrypted with a key derived from this (apps.core.crypto);
+# keys listed in GRYVIA_ENCRYPTION_KEYS_PREVIOUS still decrypt after a rotation.
+GRYVIA_ENCRYPTION_KEY = secret_from_env_or_file("GRYVIA_ENCRYPTION_KEY", "encryption_key", production=PRODUCTION)
+GRYVIA_ENCRYPTION_KEYS_PREVIOUS = env_list("GRYVIA_ENCRYPTION_KEYS_PREVIOUS", [])
 
 DEBUG = env_bool("GRYVIA_DEBUG", not PRODUCTION)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
