@@ -47,7 +47,11 @@ def _pem() -> str:
         ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak"),
         ({"SECRET_KEY": STRONG}, "GRYVIA_API_KEY_PEPPER must be set"),
         ({"SECRET_KEY": STRONG, "GRYVIA_API_KEY_PEPPER": "a" * 60}, "GRYVIA_API_KEY_PEPPER is too weak"),
-        ({"SECRET_KEY": STRONG, "GRYVIA_API_KEY_PEPPER": STRONG}, "GRYVIA_OIDC_RSA_PRIVATE_KEY must be set"),
+        ({"SECRET_KEY": STRONG, "GRYVIA_API_KEY_PEPPER": STRONG}, "GRYVIA_ENCRYPTION_KEY must be set"),
+        (
+            {"SECRET_KEY": STRONG, "GRYVIA_API_KEY_PEPPER": STRONG, "GRYVIA_ENCRYPTION_KEY": STRONG[1:]},
+            "GRYVIA_OIDC_RSA_PRIVATE_KEY must be set",
+        ),
     ],
 )
 def test_production_refuses_missing_or_weak_secrets(tmp_path, env, message):
@@ -62,6 +66,7 @@ def test_production_starts_with_strong_secrets_and_debug_off(tmp_path):
         GRYVIA_ENV="production",
         SECRET_KEY=STRONG,
         GRYVIA_API_KEY_PEPPER=STRONG[::-1],
+        GRYVIA_ENCRYPTION_KEY=STRONG[1:],
         GRYVIA_OIDC_RSA_PRIVATE_KEY=_pem(),
     )
     assert result.returncode == 0, result.stderr[-2000:]
