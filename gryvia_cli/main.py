@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .commands import auth, jobs, queues
+from .commands import auth, jobs, models, queues
 from .config import ENV_API_KEY, ENV_CONFIG, ENV_TENANT, ENV_URL, resolve
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, ApiError, CliError
@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     auth.register(sub, common, _common(with_api_key=False))
     jobs.register(sub, common)
     queues.register(sub, common)
+    models.register(sub, common)
     return parser
 
 

@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("apps.tenants.api.urls")),
     path("", include("apps.jobs.api.urls")),
     path("", include("apps.queueing.api.urls")),
+    path("", include("apps.llm.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("schema/ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="schema-ui"),
 ]

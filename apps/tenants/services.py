@@ -33,6 +33,14 @@ TENANT_SPEC_FIELDS = (
     "tokens_per_day",
 )
 RECONCILE = "reconcile-tenants"
+KEY_UPDATE_FIELDS = (
+    "name",
+    "expires_at",
+    "allowed_models",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "tokens_per_day",
+)
 
 
 def _audit(actor: Principal, action: str, obj: Any, tenant: Tenant | None, before: Any, after: Any) -> None:
@@ -48,6 +56,13 @@ def _audit(actor: Principal, action: str, obj: Any, tenant: Tenant | None, befor
         before=before,
         after=after,
     )
+
+
+def _routes_changed() -> None:
+    """After commit, the LLM gateway drops its cached keys and limits (a local import: apps.llm imports tenants)."""
+    from apps.llm import routing
+
+    transaction.on_commit(routing.routes_changed)
 
 
 # --- tenants ---------------------------------------------------------------------------------------------------
@@ -94,6 +109,8 @@ def tenant_update(*, actor: Principal, tenant: Tenant, **changes: Any) -> Tenant
     tenant.refresh_from_db()
     _audit(actor, "tenant.update", tenant, tenant, before, after)
     nudge(RECONCILE)
+    if any(before[f] != after[f] for f in ("suspended", "tokens_per_day")):
+        _routes_changed()
     return tenant
 
 
@@ -116,6 +133,7 @@ def tenant_archive(*, actor: Principal, tenant: Tenant) -> Tenant:
     ApiKey.all_tenants.filter(tenant=tenant, revoked_at__isnull=True).update(revoked_at=now)
     _audit(actor, "tenant.archive", tenant, tenant, before, snapshot(tenant, Tenant.AUDIT_FIELDS))
     nudge(RECONCILE)
+    _routes_changed()
     return tenant
 
 
@@ -248,16 +266,33 @@ def api_key_create(
     is_platform: bool = False,
     expires_at: dt.datetime | None = None,
     user: Any = None,
+    allowed_models: list[str] | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    tokens_per_day: int | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its plaintext, which is never stored and cannot be shown again.
 
+    LLM gateway limits: `allowed_models` (model names; empty: every model the tenant may use) and per-key
+    requests and tokens per minute and tokens per day (None: no limit beyond the tenant's).
+
     Raises:
-        ValidationError: unknown scopes or a bad expiry.
+        ValidationError: unknown scopes, a bad expiry or a bad limit.
         PermissionError: the actor lacks a scope it tries to grant, or a platform key by non-staff.
     """
+    from apps.llm.services import validate_key_limits
+
     _check_grant(actor, tenant, scopes, is_platform)
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "must be in the future"})
+    limits = validate_key_limits(
+        {
+            "allowed_models": allowed_models,
+            "requests_per_minute": requests_per_minute,
+            "tokens_per_minute": tokens_per_minute,
+            "tokens_per_day": tokens_per_day,
+        }
+    )
     secret = keys.new_secret()
     key = ApiKey.all_tenants.create(
         tenant=tenant,
@@ -269,19 +304,24 @@ def api_key_create(
         expires_at=expires_at,
         created_by=actor.label,
         user=user,
+        **limits,
     )
     _audit(actor, "api_key.create", key, tenant, None, snapshot(key, ApiKey.AUDIT_FIELDS))
+    _routes_changed()  # the gateway may remember the id as unknown
     return key, keys.format_key(key.key_id, secret)
 
 
 @transaction.atomic
 def api_key_update(*, actor: Principal, key: ApiKey, **changes: Any) -> ApiKey:
-    """Rename a key or change its expiry. Scopes never change: create a new key instead."""
-    unknown = sorted(set(changes) - {"name", "expires_at"})
+    """Rename a key, change its expiry or its LLM gateway limits. Scopes never change: create a new key instead."""
+    from apps.llm.services import KEY_LIMIT_FIELDS, validate_key_limits
+
+    unknown = sorted(set(changes) - set(KEY_UPDATE_FIELDS))
     if unknown:
         raise ValidationError({name: "cannot be changed; create a new key" for name in unknown})
     if changes.get("expires_at") is not None and changes["expires_at"] <= timezone.now():
         raise ValidationError({"expires_at": "must be in the future"})
+    changes.update(validate_key_limits({f: changes[f] for f in KEY_LIMIT_FIELDS if f in changes}))
     before = snapshot(key, ApiKey.AUDIT_FIELDS)
     for name, value in changes.items():
         setattr(key, name, value)
@@ -289,6 +329,7 @@ def api_key_update(*, actor: Principal, key: ApiKey, **changes: Any) -> ApiKey:
     if before != after:
         key.save()
         _audit(actor, "api_key.update", key, key.tenant, before, after)
+        _routes_changed()
     return key
 
 
@@ -300,6 +341,7 @@ def api_key_revoke(*, actor: Principal, key: ApiKey) -> ApiKey:
     key.revoked_at = timezone.now()
     key.save(update_fields=["revoked_at", "updated_at"])
     _audit(actor, "api_key.revoke", key, key.tenant, before, snapshot(key, ApiKey.AUDIT_FIELDS))
+    _routes_changed()
     return key
 
 
@@ -317,6 +359,7 @@ def api_key_rotate(*, actor: Principal, key: ApiKey, grace_seconds: int = 3600) 
     key.secret_digest = keys.digest(secret)
     key.save()
     _audit(actor, "api_key.rotate", key, key.tenant, before, snapshot(key, ApiKey.AUDIT_FIELDS))
+    _routes_changed()
     return key, keys.format_key(key.key_id, secret)
 
 

@@ -5,6 +5,7 @@ from .components.cluster import *  # noqa: F403
 from .components.core import *  # noqa: F403
 from .components.database import *  # noqa: F403
 from .components.drf import *  # noqa: F403
+from .components.llm import *  # noqa: F403
 from .components.logging import *  # noqa: F403
 from .components.oauth import *  # noqa: F403
 from .components.redis import *  # noqa: F403

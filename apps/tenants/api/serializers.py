@@ -56,6 +56,13 @@ class TenantSerializer(ManifestSerializerMixin, StrictModelSerializer):
     gpu_type_ceilings = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
     max_cpu = serializers.CharField(required=False, allow_blank=True, max_length=20, validators=[validate_quantity])
     max_memory = serializers.CharField(required=False, allow_blank=True, max_length=20, validators=[validate_quantity])
+    tokens_per_day = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="LLM gateway: input + output tokens per UTC day, all keys together; null: no limit",
+    )
     namespace = serializers.CharField(read_only=True)
     status = TenantStatusSerializer(source="*", read_only=True)
 
@@ -70,6 +77,7 @@ class TenantSerializer(ManifestSerializerMixin, StrictModelSerializer):
             "gpu_type_ceilings",
             "max_cpu",
             "max_memory",
+            "tokens_per_day",
             "namespace",
             "generation",
             "archived_at",
@@ -103,11 +111,29 @@ class MembershipSerializer(StrictModelSerializer):
         return fields
 
 
+KEY_UPDATABLE = ("name", "expires_at", "allowed_models", "requests_per_minute", "tokens_per_minute", "tokens_per_day")
+
+
+def _limit(help_text: str, max_value: int = 2**31 - 1) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=max_value, help_text=f"{help_text}; null: no limit"
+    )
+
+
 class ApiKeySerializer(StrictModelSerializer):
     id = serializers.CharField(source="key_id", read_only=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=sorted(S.ALL_SCOPES)), allow_empty=False)
     state = serializers.CharField(read_only=True)
+    # LLM gateway limits, checked by the service (model names as apps.llm defines them).
+    allowed_models = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        help_text="model names this key may call; empty: every model its tenant may use",
+    )
+    requests_per_minute = _limit("LLM gateway requests per minute")
+    tokens_per_minute = _limit("LLM gateway input + output tokens per minute")
+    tokens_per_day = _limit("LLM gateway input + output tokens per UTC day", 2**63 - 1)
 
     class Meta:
         model = ApiKey
@@ -119,6 +145,10 @@ class ApiKeySerializer(StrictModelSerializer):
             "is_platform",
             "state",
             "expires_at",
+            "allowed_models",
+            "requests_per_minute",
+            "tokens_per_minute",
+            "tokens_per_day",
             "revoked_at",
             "last_used_at",
             "previous_valid_until",
@@ -130,7 +160,7 @@ class ApiKeySerializer(StrictModelSerializer):
 
 class ApiKeyUpdateSerializer(ApiKeySerializer):
     class Meta(ApiKeySerializer.Meta):
-        read_only_fields = tuple(f for f in ApiKeySerializer.Meta.fields if f not in ("name", "expires_at"))
+        read_only_fields = tuple(f for f in ApiKeySerializer.Meta.fields if f not in KEY_UPDATABLE)
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):

@@ -161,6 +161,10 @@ class ApiKeyViewSet(
                 name=data.get("name", ""),
                 is_platform=data.get("is_platform", False),
                 expires_at=data.get("expires_at"),
+                allowed_models=data.get("allowed_models"),
+                requests_per_minute=data.get("requests_per_minute"),
+                tokens_per_minute=data.get("tokens_per_minute"),
+                tokens_per_day=data.get("tokens_per_day"),
             )
         key.key = plaintext
         return Response(ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)

@@ -17,6 +17,7 @@ GRYVIA_PERIODIC = {
     "reconcile-priority-classes": ("apps.queueing.reconciler.reconcile_priority_classes", 30.0),
     "reconcile-admission-objects": ("apps.queueing.admission_objects.reconcile_admission_objects", 30.0),
     "reconcile-reservations": ("apps.queueing.reservations.reconcile_reservations", 30.0),
+    "reconcile-inference-services": ("apps.llm.reconciler.reconcile_inference_services", 5.0),
 }
 
 CELERY_BEAT_SCHEDULE = {
