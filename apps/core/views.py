@@ -1,4 +1,5 @@
-"""Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer), /metrics."""
+"""Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer and, in the embedded
+profile, the local models registered at start serve), /metrics."""
 
 from __future__ import annotations
 
@@ -36,9 +37,40 @@ def _check_redis() -> str | None:
     return None
 
 
+def _local_models_not_ready() -> list[dict[str, str]]:
+    """The enabled local models registered at start (the packaged tiny-chat and minilm, shared, on this machine's
+    backend) that are not Ready, with their phase and why. In a cluster profile there are none to wait for."""
+    if settings.GRYVIA_BACKEND != "local":
+        return []
+    from apps.llm import local_models
+    from apps.llm.models import InferenceService, ServicePhase
+
+    rows = (
+        InferenceService.objects.filter(
+            tenant__isnull=True,
+            enabled=True,
+            replicas__gt=0,
+            name__in=[m.name for m in local_models.MODELS],
+            runtime__in=[local_models.LLAMACPP, local_models.SENTENCE_TRANSFORMERS],
+        )
+        .exclude(status_phase=ServicePhase.READY)
+        .order_by("name")
+        .values_list("name", "status_phase", "status_message")
+    )
+    return [{"name": name, "phase": phase, "message": message} for name, phase, message in rows]
+
+
 def readyz(request: HttpRequest) -> JsonResponse:
     problems = [p for p in (_check_database(), _check_redis()) if p]
-    body = {"status": "ok" if not problems else "unavailable", "problems": problems}
+    waiting: list[dict[str, str]] = []
+    if not problems:  # the query needs the database
+        waiting = _local_models_not_ready()
+    if waiting:
+        names = ", ".join(f"{s['name']} ({s['phase']})" for s in waiting)
+        problems.append(f"local inference services not ready: {names}")
+    body: dict = {"status": "ok" if not problems else "unavailable", "problems": problems}
+    if waiting:
+        body["inference_services"] = waiting
     return JsonResponse(body, status=200 if not problems else 503)
 
 

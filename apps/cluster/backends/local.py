@@ -1,8 +1,9 @@
 """The `local` backend: the embedded default. It keeps the cluster objects Gryvia applies in this process, with
 the same API as Kubernetes (apply, list by label, watch, ...), so every reconciler runs unchanged on a laptop.
 
-Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job` or `apps/v1
-StatefulSet` becomes local processes, with Pods and `status` kept as a cluster would (see local_workloads.py). One
+Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job`, `apps/v1
+StatefulSet` or `apps/v1 Deployment` becomes local processes, with Pods and `status` kept as a cluster would (see
+local_workloads.py and local_replicas.py). One
 Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
 and taints, as one field manager's (what a later apply omits goes again), so reservation claims work as on a cluster.
 Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`. After a
@@ -26,6 +27,7 @@ from typing import Any
 from apps.cluster.gpus import gpu_inventory
 
 from .base import (
+    DEPLOYMENT,
     JOB,
     NODE,
     POD,
@@ -41,7 +43,7 @@ from .base import (
 from .local_objects import NODE_NAME, node_object
 from .local_workloads import WorkloadSupervisor
 
-_WORKLOADS = (JOB, STATEFUL_SET)
+_WORKLOADS = (JOB, STATEFUL_SET, DEPLOYMENT)
 _FINISHED = ("Succeeded", "Failed")
 
 

@@ -1,6 +1,7 @@
 """The part every local workload controller shares: a thread that owns one workload's pods and reacts to messages
 (spec changed, deleted, a pod deleted, a process exited, shutdown), starting pods and stopping them through the
-termination sequence. JobController and StatefulSetController (local_workloads.py) add what their kinds mean.
+termination sequence. JobController (local_workloads.py), StatefulSetController and DeploymentController
+(local_replicas.py) add what their kinds mean.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class WorkloadController(ABC):
     """
 
     resource: ResourceKind
+    # restartPolicy Always (StatefulSet, Deployment): an exited process runs again in the same Pod, and readiness
+    # waits for the readiness probe; a Job's pods run once and are ready while they run.
+    restarts_in_place = False
 
     def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -61,15 +65,10 @@ class WorkloadController(ABC):
         self.kind, self.name, self.namespace, self.uid = obj["kind"], meta["name"], meta["namespace"], meta["uid"]
         self.owner = {"apiVersion": obj["apiVersion"], "kind": self.kind, "metadata": dict(meta)}
         self.spec = copy.deepcopy(obj.get("spec") or {})
-        self.template = copy.deepcopy(self.spec.get("template") or {})
-        self.pod_spec = self.template.get("spec") or {}
-        container = container_of(self.pod_spec)
-        self.env = {e.get("name"): e.get("value") for e in container.get("env") or []}
-        self.grace = grace_of(self.pod_spec)
-        self.probe = (container.get("readinessProbe") or {}).get("tcpSocket")
         self.service: str | None = None
         self.master_port, self.rdzv_port = free_port(), free_port()
-        self.http_ports: dict[int, int] = {0: free_port()} if "PORT" in self.env else {}
+        self.http_ports: dict[int, int] = {}
+        self.use_template(copy.deepcopy(self.spec.get("template") or {}))
         self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.done = self.final = self.deleted = self.closing = False
@@ -79,6 +78,21 @@ class WorkloadController(ABC):
         self.group_floor = 0
         self.last_status: dict[str, Any] | None = None
         self.start_time, self.started_mono = now_iso(), time.monotonic()
+
+    def use_template(self, template: dict[str, Any]) -> None:
+        """Take what the pods are made of from a pod template: command, environment, grace and readiness probe
+        (`probe`: the readinessProbe's tcpSocket or httpGet handler, `probe_kind` which). A container with a `PORT`
+        variable serves HTTP: each index gets a port of its own on the loopback address."""
+        self.template = template
+        self.pod_spec = self.template.get("spec") or {}
+        container = container_of(self.pod_spec)
+        self.env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        self.grace = grace_of(self.pod_spec)
+        self.readiness = container.get("readinessProbe") or {}
+        self.probe_kind = next((k for k in ("httpGet", "tcpSocket") if k in self.readiness), None)
+        self.probe = self.readiness.get(self.probe_kind) if self.probe_kind else None
+        if "PORT" in self.env and not self.http_ports:
+            self.http_ports[0] = free_port()
 
     def start(self) -> None:
         self.inbox.put(("start",))  # the first pass runs at once
@@ -195,7 +209,7 @@ class WorkloadController(ABC):
             return
         if not pod.finished:
             self.stop(pod, grace, "DeletionByAPI", "gone")
-        elif self.kind == "StatefulSet":
+        elif self.restarts_in_place:
             self.stop(pod, 0, "DeletionByAPI", "gone")
 
     # -- pods -------------------------------------------------------------------------------------------------
@@ -277,7 +291,7 @@ class WorkloadController(ABC):
         pod.reason = pod.message = ""
         self.sup.track(pod)
         pod.launch(plan, append=pod.append_log, on_exit=self._exited, spawn=self.sup.spawn)
-        if pod.alive and not (self.probe and self.kind == "StatefulSet"):
+        if pod.alive and not (self.probe and self.restarts_in_place):
             pod.ready = True  # no readiness probe to wait for
         self.write_pod(pod, create=create)
 
@@ -293,7 +307,7 @@ class WorkloadController(ABC):
     def write_pod(self, pod: PodProcess, *, create: bool = False) -> None:
         if pod.after_stop == "gone":
             return
-        restarting = self.kind == "StatefulSet" and pod.finished and self.pods.get(pod.index) is pod
+        restarting = self.restarts_in_place and pod.finished and self.pods.get(pod.index) is pod
         deleting = self.deleted or (pod.stopping and pod.after_stop == "remove")
         obj = render_pod(owner=self.owner, template=self.template, pod=pod, deleting=deleting, restarting=restarting)
         self.sup.store.write_pod(obj, create=create, owner_uid=self.uid)

@@ -63,7 +63,7 @@ class PodConfigError(Exception):
 class PodContext:
     """What a container needs from its surroundings to become a local process."""
 
-    kind: str  # "Job" or "StatefulSet"
+    kind: str  # "Job", "StatefulSet" or "Deployment"
     workload: str
     namespace: str
     pod_name: str

@@ -1,10 +1,12 @@
-"""The objects the local backend reports, in Kubernetes' shapes: Pods of local processes, a Job's and a
-StatefulSet's `status`, and the one Node (`local`). Pure functions of the supervisor's state.
+"""The objects the local backend reports, in Kubernetes' shapes: Pods of local processes, a Job's, a
+StatefulSet's and a Deployment's `status`, and the one Node (`local`). Pure functions of the supervisor's state.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +20,7 @@ NODE_NAME = "local"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 ATTEMPT_LABEL = "gryvia.io/attempt"
 LOCAL_PORT_ANNOTATION = "gryvia.io/local-port"
 LOCAL_PID_ANNOTATION = "gryvia.io/local-pid"
@@ -50,6 +53,13 @@ def compress_indexes(indexes: Iterable[int]) -> str:
     if run:
         out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(out)
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """A Deployment pod template's `pod-template-hash` (10 hex digits here; the API server's differ, only equality
+    matters)."""
+    body = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:10]
 
 
 def _container_status(container: dict[str, Any], pod: PodProcess) -> dict[str, Any]:
@@ -93,7 +103,7 @@ def render_pod(
     restarting: bool = False,
 ) -> dict[str, Any]:
     """The v1 Pod for one local pod. `owner` is the workload (apiVersion, kind, metadata); `restarting` shows a
-    StatefulSet pod between two runs (phase Running, container waiting in CrashLoopBackOff)."""
+    StatefulSet's or Deployment's pod between two runs (phase Running, container waiting in CrashLoopBackOff)."""
     kind, meta = owner["kind"], owner["metadata"]
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     annotations = dict((template.get("metadata") or {}).get("annotations") or {})
@@ -103,9 +113,11 @@ def render_pod(
         labels["batch.kubernetes.io/controller-uid"] = meta["uid"]
         annotations[INDEX_KEY] = str(pod.index)
         spec.setdefault("hostname", f"{meta['name']}-{pod.index}")
-    else:
+    elif kind == "StatefulSet":
         labels.update({POD_INDEX_LABEL: str(pod.index), "statefulset.kubernetes.io/pod-name": pod.name})
         spec.setdefault("hostname", pod.name)
+    else:  # a Deployment's pod (in a cluster its owner is a ReplicaSet; locally, the Deployment itself)
+        labels[POD_TEMPLATE_HASH_LABEL] = template_hash(template)
     labels[ATTEMPT_LABEL] = str(pod.attempt)
     if pod.port is not None:
         annotations[LOCAL_PORT_ANNOTATION] = str(pod.port)
@@ -200,6 +212,27 @@ def stateful_set_status(*, pods: Iterable[PodProcess], endpoint: str | None) -> 
     }
     if endpoint:
         status["endpoint"] = endpoint
+    return status
+
+
+def deployment_status(
+    *, pods: Iterable[PodProcess], replicas: int, endpoints: list[str], conditions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """apps/v1 DeploymentStatus (zero counters left out, as the API server does), plus `endpoints`, which only the
+    local backend reports: the base URL of each ready replica, in replica order."""
+    current = [p for p in pods if not p.stopping]
+    ready = sum(1 for p in current if p.ready)
+    status: dict[str, Any] = {
+        "replicas": len(current),
+        "updatedReplicas": len(current),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "unavailableReplicas": max(replicas - ready, 0),
+    }
+    status = {key: value for key, value in status.items() if value}
+    status["conditions"] = conditions
+    if endpoints:
+        status["endpoints"] = endpoints
     return status
 
 

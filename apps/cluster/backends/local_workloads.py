@@ -1,6 +1,7 @@
-"""WorkloadSupervisor: the local backend's kubelet and workload controllers. A `batch/v1 Job` or `apps/v1
-StatefulSet` stored in the LocalBackend runs as local processes, one process group per index, and the supervisor
-keeps their Pod objects and the workload's `status` as Kubernetes would report them.
+"""WorkloadSupervisor: the local backend's kubelet and workload controllers. A `batch/v1 Job`, `apps/v1
+StatefulSet` or `apps/v1 Deployment` stored in the LocalBackend runs as local processes, one process group per
+index (replica), and the supervisor keeps their Pod objects and the workload's `status` as Kubernetes would report
+them. JobController is here; the long-running kinds are in local_replicas.py.
 
 Threads, no asyncio: one controller thread per workload owns its state (local_controller.py); one thread per
 process waits for it; each termination runs on its own thread so grace periods overlap. The backend only posts
@@ -14,7 +15,6 @@ import atexit
 import copy
 import logging
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from . import local_pods
-from .base import JOB, STATEFUL_SET
-from .local_controller import BUSY_TICK_S, IDLE_TICK_S, WorkloadController, WorkloadStore
-from .local_env import LOOPBACK
-from .local_objects import condition, job_status, stateful_set_status
+from .base import JOB
+from .local_controller import IDLE_TICK_S, WorkloadController, WorkloadStore
+from .local_objects import condition, job_status
 from .local_pods import PodProcess, kill_group, now_iso
+from .local_replicas import DeploymentController, StatefulSetController
+
+__all__ = ["DeploymentController", "JobController", "StatefulSetController", "WorkloadSupervisor"]
 
 logger = logging.getLogger(__name__)
 
 RESTART_GRACE_S = 2.0  # the others' grace when a static group restarts
 CLOSE_GRACE_S = 10.0  # at most this much checkpoint grace at shutdown
-BACKOFF_S = (1.0, 30.0)  # a StatefulSet pod's restart delay: first, longest
 
 
 class JobController(WorkloadController):
@@ -142,75 +143,8 @@ class JobController(WorkloadController):
         )
 
 
-class StatefulSetController(WorkloadController):
-    """An apps/v1 StatefulSet (Parallel): ordinals 0..replicas-1 restart in place with a backoff; readiness from
-    the container's tcpSocket probe against the pod's local port; `status.endpoint` is ordinal 0's address."""
-
-    resource = STATEFUL_SET
-
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
-        super().__init__(sup, obj)
-        self.service = self.spec.get("serviceName")
-        self.restart_at: dict[int, float] = {}
-        self.next_probe = 0.0
-
-    def pod_name(self, index: int, attempt: int) -> str:
-        return f"{self.name}-{index}"
-
-    def next_wakeup(self) -> float:
-        tick = IDLE_TICK_S
-        if self.restart_at:
-            tick = min(tick, min(self.restart_at.values()) - time.monotonic())
-        if self.probe and any(p.alive and not p.ready for p in self.pods.values()):
-            tick = min(tick, BUSY_TICK_S)
-        return tick
-
-    def pod_exited(self, pod: PodProcess) -> None:
-        delay = min(BACKOFF_S[0] * 2**pod.restart_count, BACKOFF_S[1])
-        self.restart_at[pod.index] = time.monotonic() + delay
-        self.write_pod(pod)
-
-    def reconcile(self) -> None:
-        replicas = int(self.spec.get("replicas", 1))
-        for i, pod in list(self.pods.items()):
-            if i >= replicas:
-                self.stop(pod, None, "ScaledDown", "remove")
-        for i in [i for i in self.restart_at if i not in self.pods or not self.pods[i].finished]:
-            del self.restart_at[i]
-        now = time.monotonic()
-        for i in range(replicas):
-            if any(p.index == i for p in self.stopping):
-                continue  # a pod's name is free again only once the old one is gone
-            pod = self.pods.get(i)
-            if pod is None:
-                self.new_pod(i)
-            elif pod.finished and now >= self.restart_at.get(i, 0):
-                self.restart_at.pop(i, None)
-                self.new_pod(i, restart_of=pod)
-        if self.probe and now >= self.next_probe:
-            for pod in self.pods.values():
-                ready = pod.alive and self._probe(pod)
-                if ready != pod.ready:
-                    pod.ready = ready
-                    self.write_pod(pod)
-            slow = any(p.alive and not p.ready for p in self.pods.values())
-            self.next_probe = now + (BUSY_TICK_S if slow else IDLE_TICK_S)
-
-    def _probe(self, pod: PodProcess) -> bool:
-        port = pod.port if pod.port is not None else (self.probe or {}).get("port")
-        try:
-            with socket.create_connection((LOOPBACK, int(port)), timeout=0.2):  # type: ignore[arg-type]
-                return True
-        except (OSError, ValueError, TypeError):
-            return False
-
-    def status(self) -> dict[str, Any]:
-        port = self.http_ports.get(0)
-        return stateful_set_status(pods=self.pods.values(), endpoint=f"http://{LOOPBACK}:{port}" if port else None)
-
-
 class WorkloadSupervisor:
-    """Runs the Jobs and StatefulSets of one LocalBackend as local processes; `close()` stops every one of them."""
+    """Runs the workloads of one LocalBackend as local processes; `close()` stops every one of them."""
 
     def __init__(self, store: WorkloadStore, *, data_dir: Path, log_dir: Path) -> None:
         self.store = store
@@ -240,7 +174,7 @@ class WorkloadSupervisor:
             self._live.discard(pod)
 
     def sync(self, obj: dict[str, Any]) -> None:
-        """A Job or StatefulSet was stored: start it, or pass on its new spec (only sizes and deadline matter)."""
+        """A workload was stored: start it, or pass on its new spec (sizes and deadline; a Deployment's template)."""
         uid = obj["metadata"]["uid"]
         with self._lock:
             if self.closed:
@@ -248,7 +182,7 @@ class WorkloadSupervisor:
                 return
             workload = self._workloads.get(uid)
             if workload is None:
-                cls = JobController if obj["kind"] == "Job" else StatefulSetController
+                cls = {"Job": JobController, "Deployment": DeploymentController}.get(obj["kind"], StatefulSetController)
                 self._workloads[uid] = controller = cls(self, obj)
                 controller.start()
                 return

@@ -1,7 +1,9 @@
 """First-start set-up of the embedded profile: an admin login and a `demo` tenant with an admin API key.
 
 Runs once: the credentials are printed to the terminal (never through logging) and written to
-$GRYVIA_DATA_DIR/demo-credentials.json (mode 0600). Later runs only say where that file is.
+$GRYVIA_DATA_DIR/demo-credentials.json (mode 0600). Later runs only say where that file is. Every run registers the
+packaged local models (tiny-chat, minilm) as shared inference services when the models extra is installed, and
+says which (apps.llm.local_registry).
 """
 
 import json
@@ -14,6 +16,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.core.principal import system
+from apps.llm.local_registry import register_local_models
 from apps.tenants import services
 from apps.tenants.models import Tenant
 
@@ -27,6 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         path = settings.DATA_DIR / "demo-credentials.json"
         self._ensure_cli_application()
+        self.stdout.write(register_local_models(actor=system("bootstrap")).summary())
         if Tenant.objects.filter(slug="demo").exists() or get_user_model().objects.filter(is_superuser=True).exists():
             self.stdout.write(f"Gryvia is set up; first-start credentials are in {path}")
             return
