@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP goes to Django, websockets to Channels consumers (authenticated, origin-checked)."""
+"""ASGI entry point: HTTP goes to Django (/v1/ to the LLM gateway's own handler), websockets to Channels consumers
+(authenticated, origin-checked)."""
 
 import os
 
@@ -16,11 +17,23 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from apps.core.ws import CredentialAuthMiddleware  # noqa: E402
+from apps.llm.gateway.handler import GatewayHandler, is_gateway_path  # noqa: E402
 from gryvia_site.ws_routing import websocket_urlpatterns  # noqa: E402
+
+gateway_app = GatewayHandler()
+
+
+async def http_app(scope, receive, send):
+    """/v1/ (the OpenAI-compatible gateway) goes to its own lean handler; everything else to the site."""
+    if is_gateway_path(scope["path"]):
+        await gateway_app(scope, receive, send)
+    else:
+        await django_asgi_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(CredentialAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

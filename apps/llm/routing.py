@@ -1,6 +1,6 @@
 """The gateway's view of what it may route to changes: services, aliases and keys call `routes_changed()` after a
 commit. This process drops its cached routes and keys at once; other server processes reload theirs within
-`GRYVIA_LLM_ROUTES_TTL_S` (their caches expire)."""
+`GRYVIA_LLM_CACHE_TTL_S` (their caches expire)."""
 
 from __future__ import annotations
 
