@@ -166,3 +166,23 @@ def test_upstream_timeout_is_a_504_and_a_5xx_is_relayed(llm, chat, upstream):
     assert caught.value.status_code == 503
     rows = metered(2)
     assert [(r.status, r.input_tokens + r.output_tokens) for r in rows] == [(504, 0), (503, 0)]
+
+
+def test_prometheus_metrics_per_model_and_tenant(gateway, upstream):
+    tenant = make_tenant("metered")  # labels no other test uses: the registry lives as long as the process
+    external(tenant, "gpt", upstream.url)
+    with openai.OpenAI(base_url=gateway.url, api_key=make_key(tenant, ["llm:invoke"]), max_retries=0) as llm:
+        llm.chat.completions.create(model="gpt", messages=HELLO, max_tokens=2)
+        list(llm.chat.completions.create(model="gpt", messages=HELLO, max_tokens=2, stream=True))
+        with pytest.raises(openai.NotFoundError):
+            llm.chat.completions.create(model="missing", messages=HELLO)
+    metered(3)
+    text = httpx.get(gateway.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    for line in (
+        'gryvia_llm_requests_total{code="200",endpoint="chat.completions",model="gpt",tenant="metered"} 2.0',
+        'gryvia_llm_requests_total{code="404",endpoint="chat.completions",model="missing",tenant="metered"} 1.0',
+        'gryvia_llm_tokens_total{direction="output",model="gpt",tenant="metered"} 4.0',
+        'gryvia_llm_request_duration_seconds_count{model="gpt",tenant="metered"} 2.0',
+        'gryvia_llm_time_to_first_token_seconds_count{model="gpt",tenant="metered"} 1.0',
+    ):
+        assert line in text, line

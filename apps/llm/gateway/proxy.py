@@ -32,6 +32,7 @@ from .quota import Refused, Scope, counters
 from .request import EMBEDDINGS, PATHS, Call, parse
 
 logger = logging.getLogger(__name__)
+DONE = b"data: [DONE]"
 CLIENT_CLOSED = 499  # nginx's code for a client that hung up; recorded in usage rows, never sent
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 _background: set[asyncio.Task] = set()
@@ -340,7 +341,6 @@ async def _whole(ledger: Ledger, response: httpx.Response) -> HttpResponse:
     status = response.status_code
     if status >= 400:
         return _relay_error(ledger, response)
-    ledger.ttft = time.monotonic()
     try:
         data = json.loads(content)
     except ValueError:
@@ -380,7 +380,7 @@ async def _relay(ledger: Ledger, response: httpx.Response) -> AsyncIterator[byte
                 continue
             buffer = buffer.replace(b"\r\n", b"\n")
             *events, buffer = buffer.split(b"\n\n")
-            out = []
+            out, done = [], False
             for event in events:
                 kept, found = _event(event, call.wants_usage, seen)
                 if found is not None:
@@ -389,10 +389,15 @@ async def _relay(ledger: Ledger, response: httpx.Response) -> AsyncIterator[byte
                     chunks += 1
                 if kept is not None:
                     out.append(kept + b"\n\n")
+                    done = kept == DONE
             if out:
                 if ledger.ttft is None:
                     ledger.ttft = time.monotonic()
+                if done:  # all sent: a client that hangs up now (as clients do on [DONE]) got the whole answer
+                    status = 200
                 yield b"".join(out)
+            if done:
+                break  # some servers keep the connection a while after [DONE]; nothing after it counts
         if buffer.strip():
             kept, found = _event(buffer.strip(), call.wants_usage, seen)
             usage = found or usage
@@ -426,7 +431,7 @@ def _event(event: bytes, wants_usage: bool, seen: list[str]) -> tuple[bytes | No
         return event, None  # comments, keep-alives
     payload = event[5:].strip()
     if payload == b"[DONE]":
-        return b"data: [DONE]", None
+        return DONE, None
     try:
         data = json.loads(payload)
     except ValueError:
