@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint worker beat clean smoke-run bench-admission models
+.PHONY: install run test lint worker beat clean smoke-run bench-admission bench-gateway models
 
 install: $(STAMP)
 
@@ -53,6 +53,12 @@ smoke-run: install
 # (127.0.0.1:5432, database gryvia_bench created and dropped) and a simulated cluster. See benchmarks/README.md.
 bench-admission: install
 	$(BIN)/python -m benchmarks.admission
+
+# The stand-in upstream directly, LiteLLM's proxy (installed once into var/bench/litellm-venv from PyPI) and Gryvia's
+# gateway (PostgreSQL database gryvia_bench_gw, Redis db 13) under one client: figures and six Gryvia/LiteLLM ratios.
+# Direct + LiteLLM take about 4.5 minutes here; ARGS="--targets direct,litellm" for a subset. See benchmarks/README.md.
+bench-gateway: install
+	$(BIN)/python -m benchmarks.gateway $(ARGS)
 
 clean:
 	rm -rf $(VENV) var/test .pytest_cache .ruff_cache
