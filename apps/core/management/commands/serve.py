@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand
 
 from apps.cluster.backends import set_backend
 from apps.core.periodic import Ticker
+from apps.llm.gateway.meter import meter
 
 logger = logging.getLogger(__name__)
 
@@ -45,5 +46,6 @@ class Command(BaseCommand):
         finally:
             if ticker is not None:
                 ticker.stop()
+            meter.stop()  # the gateway's last usage rows
             set_backend(None)
             self.stdout.write("Gryvia stopped")
