@@ -53,7 +53,7 @@ class Meter:
         with self._lock:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._run, name="gryvia-meter", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="gateway-meter", daemon=True)
             self._thread.start()
             atexit.register(self.stop)
 
