@@ -149,6 +149,9 @@ def server_command(model: LocalModel, *, host: str, port: int, data_dir: str | P
             "--n_threads", str(threads),
             # The GGUF carries no chat template; without this llama.cpp answers chat requests with empty text.
             "--chat_format", "gemma",
+            # By default a new request cuts off the one being generated, and the readiness probe (GET /v1/models)
+            # is a request: streams ended early, without their last chunks, whenever a probe came during one.
+            "--interrupt_requests", "False",
         ]  # fmt: skip
     return [
         sys.executable, "-m", "apps.llm.embedding_server",

@@ -256,6 +256,7 @@ def test_server_commands(tmp_path, monkeypatch):
     assert chat == [
         sys.executable, "-m", "llama_cpp.server", "--model", str(tmp_path / "tiny-chat"), "--model_alias", "tiny-chat",
         "--host", "127.0.0.1", "--port", "9001", "--n_ctx", "1024", "--n_threads", "2", "--chat_format", "gemma",
+        "--interrupt_requests", "False",
     ]  # fmt: skip
     emb = local_models.server_command(local_models.MINILM, host="127.0.0.1", port=9002, data_dir=tmp_path, threads=1)
     assert emb == [

@@ -276,14 +276,20 @@ def test_the_real_local_models_run_through_the_reconciler_and_the_gateway(backen
         )
         # A 270M model may stop at once (one chunk) or say only blanks; what matters is that the stream ends whole.
         assert streamed and streamed[-1].choices[0].finish_reason
+        # ...even when another request reaches the server while it streams (a readiness probe does, every period).
+        stream = llm.chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "Tell a story."}], max_tokens=24, stream=True
+        )
+        first = next(iter(stream))
+        assert httpx.get(f"{chat.status_endpoint}/models", timeout=30).status_code == 200
+        rest = list(stream)
+        assert (rest or [first])[-1].choices[0].finish_reason
         embedding = llm.embeddings.create(model="minilm", input="GPU node is out of memory", timeout=60)
         assert len(embedding.data[0].embedding) == 384
-    rows = metered(3, tenant=tenant)
-    assert [(r.model, r.service, r.status) for r in rows] == [
-        ("tiny-chat", "tiny-chat", 200),
-        ("tiny-chat", "tiny-chat", 200),
-        ("minilm", "minilm", 200),
+    rows = metered(4, tenant=tenant)
+    assert [(r.model, r.service, r.status) for r in rows] == [("tiny-chat", "tiny-chat", 200)] * 3 + [
+        ("minilm", "minilm", 200)
     ]
     assert rows[0].input_tokens > 0 and rows[0].output_tokens == reply.usage.completion_tokens
-    assert rows[1].estimated  # llama.cpp streams no usage: counted by its tokenizer endpoint, flagged
-    assert rows[2].input_tokens > 0 and rows[2].output_tokens == 0
+    assert rows[1].estimated and rows[2].estimated  # llama.cpp streams no usage: counted by its tokenizer endpoint
+    assert rows[3].input_tokens > 0 and rows[3].output_tokens == 0
