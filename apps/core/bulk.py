@@ -195,3 +195,141 @@ def _given(default: Any) -> Any:
     if isinstance(default, _Missing):
         raise ValueError(f"bulk_insert: {default.field.model.__name__}.{default.field.attname} has no default")
     return default
+
+
+def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *, raw: bool) -> tuple[list, list]:
+    """The fields to write and one list of values per field (`raw`: Python values as given, for COPY, whose driver
+    adapts datetimes, Decimals and UUIDs itself; else prepared as the ORM would)."""
+    meta = model._meta
+    now = timezone.now()
+    fields = [f for f in meta.concrete_fields if not f.primary_key or any(f.attname in r for r in rows)]
+    columns = []
+    for field in fields:
+        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            default: Any = now
+        elif field.has_default():
+            default = field.get_default()
+        elif field.null:
+            default = None
+        else:
+            default = _Missing(field)
+        name = field.attname
+        if all(name in row for row in rows):
+            values = [row[name] for row in rows]
+        else:
+            values = [row[name] if name in row else _given(default) for row in rows]
+        if not raw or field.get_internal_type() == "JSONField":
+            prep = _prep(field)
+            values = [prep(value) for value in values]
+        columns.append(values)
+    return fields, columns
+
+
+def copy_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> int:
+    """`bulk_insert` through `COPY … FROM STDIN` on PostgreSQL (the fastest way in for thousands of rows)."""
+    if not rows:
+        return 0
+    if connection.vendor != "postgresql":
+        return bulk_insert(model, rows)
+    fields, columns = _columns_of(model, rows, raw=True)
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(f.column) for f in fields)
+    with connection.cursor() as cursor, connection.wrap_database_errors:  # Django's IntegrityError & co.
+        with cursor.cursor.copy(f"COPY {quote(model._meta.db_table)} ({names}) FROM STDIN") as copy:
+            for row in zip(*columns, strict=True):
+                copy.write_row(row)
+    return len(rows)
+
+
+def bulk_insert_new(
+    model: type[models.Model], rows: Sequence[Mapping[str, Any]], *, conflict: Sequence[str], returning: str
+) -> list[Any]:
+    """Insert the rows that do not conflict on the unique columns `conflict` (`ON CONFLICT DO NOTHING`) and return
+    the `returning` column of those inserted: idempotent appends (usage events), thousands per call.
+
+    PostgreSQL: COPY into a session-local staging table, then one `INSERT … SELECT … ON CONFLICT DO NOTHING
+    RETURNING`. SQLite: multi-row `INSERT … VALUES … ON CONFLICT DO NOTHING RETURNING`. Every row must give every
+    field without a constant default (a callable default such as uuid4 is evaluated once per call here).
+    """
+    if not rows:
+        return []
+    meta = model._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    pg = connection.vendor == "postgresql"
+    fields, columns = _columns_of(model, rows, raw=pg)
+    names = ", ".join(quote(f.column) for f in fields)
+    target = ", ".join(quote(meta.get_field(name).column) for name in conflict)
+    tail = f"ON CONFLICT ({target}) DO NOTHING RETURNING {quote(meta.get_field(returning).column)}"
+    out: list[Any] = []
+    with connection.cursor() as cursor:
+        if pg:
+            out = _copy_new(cursor, meta, fields, columns, conflict=conflict, returning=returning, tail=tail)
+        else:
+            values = list(zip(*columns, strict=True))
+            per = max(1, 30000 // len(fields))  # SQLite's limit on parameters per statement is 32766
+            marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            for start in range(0, len(values), per):
+                chunk = values[start : start + per]
+                params = [value for row in chunk for value in row]
+                sql = f"INSERT INTO {table} ({names}) VALUES {', '.join([marks] * len(chunk))} {tail}"
+                cursor.execute(sql, params)
+                out += [row[0] for row in cursor.fetchall()]
+    return out
+
+
+def _copy_new(cursor: Any, meta: Any, fields: list, columns: list, *, conflict, returning, tail) -> list[Any]:
+    """PostgreSQL: leave out the rows whose keys exist, then COPY the rest straight in; if a concurrent writer
+    inserted one of them meanwhile (unique violation), COPY into a staging table and `INSERT … ON CONFLICT`."""
+    from django.db import IntegrityError, transaction
+
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    names = ", ".join(quote(f.column) for f in fields)
+    index = {f.attname: i for i, f in enumerate(fields)}
+    keys = [meta.get_field(name) for name in conflict]
+    key_columns = [columns[index[f.attname]] for f in keys]
+    existing = _existing_keys(cursor, table, keys, key_columns)
+    rows = [row for row in zip(*columns, strict=True) if tuple(row[index[f.attname]] for f in keys) not in existing]
+    seen: set[tuple] = set()
+    fresh = []
+    for row in rows:  # the same key twice in one call: the first one
+        key = tuple(row[index[f.attname]] for f in keys)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(row)
+    position = index[meta.get_field(returning).attname]
+    try:
+        with transaction.atomic(), connection.wrap_database_errors:
+            with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+                for row in fresh:
+                    copy.write_row(row)
+        return [row[position] for row in fresh]
+    except IntegrityError:
+        pass
+    stage = quote(f"_stage_{meta.db_table}")
+    cursor.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT {names} FROM {table} WITH NO DATA"
+    )
+    cursor.execute(f"TRUNCATE {stage}")
+    with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
+        for row in fresh:
+            copy.write_row(row)
+    cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {stage} {tail}")
+    out = [row[0] for row in cursor.fetchall()]
+    cursor.execute(f"TRUNCATE {stage}")
+    return out
+
+
+def _existing_keys(cursor: Any, table: str, keys: list, key_columns: list) -> set[tuple]:
+    """Which of these unique keys the table already holds (one statement)."""
+    quote = connection.ops.quote_name
+    probe = " AND ".join(f"t.{quote(f.column)} = k.k{i}" for i, f in enumerate(keys))
+    unnest = ", ".join(f"%s::{_array_type(f)}" for f in keys)
+    aliases = ", ".join(f"k{i}" for i in range(len(keys)))
+    cursor.execute(
+        f"SELECT {', '.join(f't.{quote(f.column)}' for f in keys)} FROM {table} t "
+        f"JOIN unnest({unnest}) AS k({aliases}) ON {probe}",
+        key_columns,
+    )
+    return {tuple(row) for row in cursor.fetchall()}

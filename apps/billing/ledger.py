@@ -1,0 +1,217 @@
+"""The hash-chained ledger: canonical fields, hashing (version `v1`), appending under the tenant's head lock, and
+verification.
+
+Hash input (v1): 17 fields joined by LF, no trailing newline, UTF-8, in this order: `v1`, tenant, sequence
+(base 10), prevHash, usageRecord namespace, name and uid, kind, job, sku, start, end, gpuHours, rate, cost,
+currency, recordedAt. Times are RFC 3339 UTC at whole seconds (`2026-09-03T10:00:00Z`); hours, rates and costs
+are decimal strings with exactly 6 fractional digits. `hash = hex(sha256(input))`, the upstream's scheme, pinned
+to its golden vector in tests.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from apps.core.bulk import copy_insert
+
+from .models import LedgerEntry, LedgerHead, UsageRecord
+
+HASH_VERSION = "v1"
+SIX = Decimal("0.000001")
+CANONICAL_FIELDS = (
+    "tenant",
+    "sequence",
+    "prev_hash",
+    "record_namespace",
+    "record_name",
+    "record_uid",
+    "kind",
+    "job",
+    "sku",
+    "start",
+    "end",
+    "gpu_hours",
+    "rate",
+    "cost",
+    "currency",
+    "recorded_at",
+)
+
+
+def decimal6(value: Decimal | int | str) -> str:
+    """`5` -> `"5.000000"` (half-up at the 6th place)."""
+    return str(Decimal(value).quantize(SIX, rounding=ROUND_HALF_UP))
+
+
+def rfc3339(value: dt.datetime) -> str:
+    """A UTC instant at whole seconds: `2026-09-03T10:00:00Z`."""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hash_input(fields: dict[str, Any]) -> bytes:
+    """The v1 bytes that are hashed, from the canonical fields (names as in CANONICAL_FIELDS)."""
+    parts = [HASH_VERSION] + [str(fields[name]) for name in CANONICAL_FIELDS]
+    return "\n".join(parts).encode("utf-8")
+
+
+def entry_hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(hash_input(fields)).hexdigest()
+
+
+def _lock_head(tenant_id: int) -> LedgerHead:
+    """Take the tenant's head row lock (an UPDATE: a row lock on PostgreSQL, the write lock on SQLite) and read it."""
+    quote = connection.ops.quote_name
+    table = quote(LedgerHead._meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '') ON CONFLICT DO NOTHING",
+                [tenant_id],
+            )
+        else:
+            cursor.execute(f"INSERT OR IGNORE INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '')", [tenant_id])
+        cursor.execute(f"UPDATE {table} SET sequence = sequence WHERE tenant_id = %s", [tenant_id])
+    return LedgerHead.objects.select_for_update().get(tenant_id=tenant_id)
+
+
+@dataclass
+class Sealable:
+    """What the ledger needs of a final usage record (records ingested in bulk never become model instances)."""
+
+    tenant_id: int
+    tenant_slug: str
+    uid: str
+    name: str
+    kind: str
+    job: str
+    sku: str
+    start: dt.datetime
+    end: dt.datetime
+    gpu_hours: Decimal
+    rate: Decimal
+    cost: Decimal
+    currency: str
+
+    @classmethod
+    def of(cls, record: UsageRecord, tenant_slug: str) -> Sealable:
+        return cls(
+            tenant_id=record.tenant_id,
+            tenant_slug=tenant_slug,
+            uid=str(record.uid),
+            name=record.name,
+            kind=record.kind,
+            job=record.job_name,
+            sku=record.sku_name or record.gpu_type,
+            start=record.start,
+            end=record.end or record.start,
+            gpu_hours=record.gpu_hours,
+            rate=record.rate,
+            cost=record.cost,
+            currency=record.currency,
+        )
+
+
+def append(records: Iterable[Sealable], *, now: dt.datetime | None = None) -> int:
+    """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written.
+
+    Per tenant: lock the head, number the entries after it, hash each over its predecessor, insert them in one
+    statement and move the head. `record_uid` is unique, so sealing a record twice fails instead of forking.
+    """
+    recorded_at = rfc3339(now or timezone.now())
+    by_tenant: dict[int, list[Sealable]] = {}
+    for record in records:
+        by_tenant.setdefault(record.tenant_id, []).append(record)
+    written = 0
+    for tenant_id in sorted(by_tenant):  # a fixed order: two appenders never wait on each other's heads
+        head = _lock_head(tenant_id)
+        sequence, prev = head.sequence, head.hash
+        rows = []
+        for record in by_tenant[tenant_id]:
+            sequence += 1
+            fields = {
+                "tenant": record.tenant_slug,
+                "sequence": sequence,
+                "prev_hash": prev,
+                "record_namespace": f"tenant-{record.tenant_slug}",
+                "record_name": record.name,
+                "record_uid": record.uid,
+                "kind": record.kind,
+                "job": record.job,
+                "sku": record.sku,
+                "start": rfc3339(record.start),
+                "end": rfc3339(record.end),
+                "gpu_hours": decimal6(record.gpu_hours),
+                "rate": decimal6(record.rate),
+                "cost": decimal6(record.cost),
+                "currency": record.currency,
+                "recorded_at": recorded_at,
+            }
+            prev = entry_hash(fields)
+            row = {k: v for k, v in fields.items() if k != "tenant"}
+            rows.append({**row, "tenant_id": tenant_id, "tenant_slug": record.tenant_slug, "hash": prev})
+            rows[-1]["hash_version"] = HASH_VERSION
+        copy_insert(LedgerEntry, rows)
+        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=prev)
+        written += len(rows)
+    return written
+
+
+@dataclass
+class Verification:
+    tenant: str
+    entries: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    head_sequence: int = 0
+    head_hash: str = ""
+    hash_version: str = HASH_VERSION
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "entries": self.entries,
+            "valid": self.valid,
+            "problems": self.problems,
+            "headSequence": self.head_sequence,
+            "headHash": self.head_hash,
+            "hashVersion": self.hash_version,
+        }
+
+
+def verify(*, tenant_id: int, tenant_slug: str, batch: int = 5000) -> Verification:
+    """Walk the tenant's chain in sequence order: numbering without gaps or duplicates, each prevHash equal to the
+    previous hash, each hash equal to a fresh recomputation. Problems are collected, never raised."""
+    result = Verification(tenant=tenant_slug)
+    prev, expected, last = "", 1, 0
+    columns = ("id", "tenant_slug", "hash", *[n for n in CANONICAL_FIELDS if n != "tenant"])
+    queryset = LedgerEntry.all_tenants.filter(tenant_id=tenant_id).order_by("sequence", "id")
+    seen = -1  # keyset pagination on (tenant, sequence), which is unique
+    while True:
+        chunk: Sequence[dict[str, Any]] = list(queryset.filter(sequence__gt=seen).values(*columns)[:batch])
+        for row in chunk:
+            seq = row["sequence"]
+            if seq != expected:
+                result.problems.append({"sequence": seq, "problem": f"sequence {seq} where {expected} was expected"})
+            if row["prev_hash"] != prev:
+                result.problems.append({"sequence": seq, "problem": "prevHash is not the previous entry's hash"})
+            fields = {n: row[n] for n in CANONICAL_FIELDS if n != "tenant"} | {"tenant": row["tenant_slug"]}
+            if entry_hash(fields) != row["hash"]:
+                result.problems.append({"sequence": seq, "problem": "hash does not match the entry's fields"})
+            prev, expected, last = row["hash"], seq + 1, seq
+            result.entries += 1
+        if len(chunk) < batch:
+            break
+        seen = last
+    result.head_sequence, result.head_hash = last, prev
+    return result

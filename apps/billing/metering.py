@@ -1,0 +1,231 @@
+"""Usage from outside the job reconciler: batches of events from external meters, and the LLM gateway's tokens.
+
+An event is stored once per (tenant, id): re-sending it changes nothing. "Accepted" means durably stored: the
+batch's records and their ledger entries are committed before `usage_events_ingest` returns. Rows go in with one
+multi-row `INSERT … ON CONFLICT DO NOTHING` (apps.core.bulk.bulk_insert_new), so a batch costs a few statements
+whatever its size. Validation is plain Python (no serializer per event): a bad event refuses the whole batch with
+its index and field, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from apps.core.bulk import bulk_insert_new
+
+from . import ledger, pricing
+from .models import UsageKind, UsageRecord
+
+MAX_BATCH = 10_000
+EVENT_FIELDS = frozenset({"id", "start", "end", "gpu_type", "sku", "gpus", "cpu_cores", "memory_gib", "job", "queue"})
+TOKENS_GRACE = dt.timedelta(minutes=10)  # an hour's roll-up is final this long after the hour ends
+TOKENS_LOOKBACK = dt.timedelta(hours=48)
+
+
+@dataclass
+class IngestResult:
+    accepted: int  # stored now or before: every event of the batch
+    new: int
+    duplicates: int
+
+
+def _instant(value: Any, where: str) -> dt.datetime:
+    if not isinstance(value, str):
+        raise ValidationError({where: "must be an RFC 3339 timestamp such as 2026-09-03T10:00:00Z"})
+    try:
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError({where: f"{value!r} is not an RFC 3339 timestamp"}) from None
+    if moment.tzinfo is None:
+        raise ValidationError({where: "needs a UTC offset (Z or +00:00)"})
+    return moment.astimezone(dt.UTC).replace(microsecond=0)
+
+
+def _number(value: Any, where: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValidationError({where: "must be a non-negative number"})
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        raise ValidationError({where: "must be a non-negative number"}) from None
+    if not number.is_finite() or number < 0 or number > 10**9:
+        raise ValidationError({where: "must be a non-negative number below 10^9"})
+    return number.quantize(Decimal("0.001"))
+
+
+def _text(event: dict[str, Any], name: str, where: str, limit: int) -> str:
+    value = event.get(name, "")
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValidationError({f"{where}.{name}": f"must be a string of at most {limit} characters"})
+    return value
+
+
+def _parse(index: int, event: Any, catalog: pricing.Catalog) -> dict[str, Any]:
+    where = f"events[{index}]"
+    if not isinstance(event, dict):
+        raise ValidationError({where: "must be an object"})
+    unknown = set(event) - EVENT_FIELDS
+    if unknown:
+        raise ValidationError({f"{where}.{sorted(unknown)[0]}": "unknown field"})
+    event_id = event.get("id")
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= 200:
+        raise ValidationError({f"{where}.id": "is required: a string of 1 to 200 characters, unique per event"})
+    start, end = _instant(event.get("start"), f"{where}.start"), _instant(event.get("end"), f"{where}.end")
+    if end < start:
+        raise ValidationError({f"{where}.end": "must not be before start"})
+    gpus = event.get("gpus", 1)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
+        raise ValidationError({f"{where}.gpus": "must be a whole number from 0 to 100000"})
+    sku_name = _text(event, "sku", where, 63)
+    gpu_type = _text(event, "gpu_type", where, 63) or ("any" if gpus else "cpu")
+    if sku_name:
+        sku = catalog.by_name(sku_name)
+        if sku is None:
+            raise ValidationError({f"{where}.sku": f"no SKU named {sku_name!r} in the catalog"})
+        gpu_type = sku.gpu_type
+    else:
+        sku = catalog.in_force(gpu_type, start)
+    cpu = _number(event.get("cpu_cores", 0), f"{where}.cpu_cores")
+    memory = _number(event.get("memory_gib", 0), f"{where}.memory_gib")
+    hours = pricing.hours_between(start, end)
+    gpu_hours, cost = pricing.cost_of(sku=sku, gpus=gpus, cpu_cores=cpu, memory_gib=memory, hours=hours)
+    return {
+        "event_id": event_id,
+        "name": f"event-{event_id}"[:200],
+        "job_name": _text(event, "job", where, 200),
+        "queue_name": _text(event, "queue", where, 63),
+        "sku_id": sku.pk if sku else None,
+        "sku_name": sku.name if sku else "",
+        "gpu_type": gpu_type,
+        "gpus": gpus,
+        "cpu_cores": cpu,
+        "memory_gib": memory,
+        "start": start,
+        "end": end,
+        "gpu_hours": gpu_hours,
+        "rate": sku.hourly_rate if sku else pricing.ZERO,
+        "cost": cost,
+        "currency": sku.currency if sku else pricing.DEFAULT_CURRENCY,
+    }
+
+
+def _store(tenant: Any, rows: list[dict[str, Any]], kind: str, now: dt.datetime) -> int:
+    """Insert the rows that are new (by event id), final, and seal them. Returns how many were new."""
+    kind = str(getattr(kind, "value", kind))  # a plain str: COPY would write an Enum's name
+    for row in rows:
+        row.update(tenant_id=tenant.pk, kind=kind, uid=uuid.uuid4(), final=True, refreshed_at=now, created_at=now)
+        row.setdefault("job_pk", None)
+        row.setdefault("job_uid", None)
+    new = set(bulk_insert_new(UsageRecord, rows, conflict=("tenant", "event_id"), returning="event_id"))
+    sealed = [
+        ledger.Sealable(
+            tenant_id=tenant.pk,
+            tenant_slug=tenant.slug,
+            uid=str(row["uid"]),
+            name=row["name"],
+            kind=kind,
+            job=row["job_name"],
+            sku=row["sku_name"] or row["gpu_type"],
+            start=row["start"],
+            end=row["end"],
+            gpu_hours=row["gpu_hours"],
+            rate=row["rate"],
+            cost=row["cost"],
+            currency=row["currency"],
+        )
+        for row in rows
+        if row["event_id"] in new
+    ]
+    ledger.append(sealed, now=now)
+    return len(sealed)
+
+
+def usage_events_ingest(*, tenant: Any, events: Any, now: dt.datetime | None = None) -> IngestResult:
+    """Store a batch of external usage events of `tenant` (idempotent on each event's `id`), priced by the SKU in
+    force at each event's start (or the one it names), final and sealed into the ledger, then commit."""
+    if not isinstance(events, list) or not events:
+        raise ValidationError({"events": "must be a non-empty list"})
+    if len(events) > MAX_BATCH:
+        raise ValidationError({"events": f"at most {MAX_BATCH} events per batch (got {len(events)})"})
+    now = (now or timezone.now()).replace(microsecond=0)
+    catalog = pricing.Catalog()
+    rows: dict[str, dict[str, Any]] = {}
+    for index, event in enumerate(events):
+        row = _parse(index, event, catalog)
+        rows.setdefault(row["event_id"], row)  # the same id twice in one batch: stored once
+    with transaction.atomic():
+        new = _store(tenant, list(rows.values()), UsageKind.EXTERNAL, now)
+    return IngestResult(accepted=len(events), new=new, duplicates=len(events) - new)
+
+
+def usage_tokens_collect(*, now: dt.datetime | None = None) -> int:
+    """Turn the gateway's closed hourly roll-ups into final token records (one per tenant, model and hour), priced
+    by the model's inference service (the tenant's own, else the shared one). Idempotent; periodic."""
+    from apps.llm.models import InferenceService, LlmUsageHourly
+
+    now = now or timezone.now()
+    closed_before = (now - TOKENS_GRACE).replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
+    hours = (
+        LlmUsageHourly.objects.filter(hour__gte=now - TOKENS_LOOKBACK, hour__lte=closed_before)
+        .values("tenant_id", "model", "hour")
+        .annotate(inp=Sum("input_tokens"), out=Sum("output_tokens"))
+        .order_by("tenant_id", "hour", "model")
+    )
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for row in hours:
+        groups.setdefault(row["tenant_id"], []).append(row)
+    if not groups:
+        return 0
+    from apps.tenants.models import Tenant
+
+    services = InferenceService.objects.filter(model_name__in={r["model"] for g in groups.values() for r in g})
+    prices: dict[tuple[int | None, str], tuple[Decimal, Decimal]] = {}
+    for service in services.order_by("name"):
+        prices.setdefault(
+            (service.tenant_id, service.model_name), (service.price_input_per_1m, service.price_output_per_1m)
+        )
+    written = 0
+    with transaction.atomic():
+        for tenant in Tenant.objects.filter(pk__in=groups):
+            rows = []
+            for row in groups[tenant.pk]:
+                price_in, price_out = (
+                    prices.get((tenant.pk, row["model"])) or prices.get((None, row["model"])) or (0, 0)
+                )
+                start = row["hour"].astimezone(dt.UTC)
+                cost = pricing.q6((row["inp"] * Decimal(price_in) + row["out"] * Decimal(price_out)) / 10**6)
+                stamp = ledger.rfc3339(start)
+                rows.append(
+                    {
+                        "event_id": f"tokens:{row['model']}:{stamp}",
+                        "name": f"tokens-{row['model']}-{start:%Y%m%d%H}"[:200],
+                        "job_name": f"llm:{row['model']}"[:200],
+                        "queue_name": "",
+                        "model": row["model"],
+                        "input_tokens": row["inp"],
+                        "output_tokens": row["out"],
+                        "sku_id": None,
+                        "sku_name": "",
+                        "gpu_type": "",
+                        "gpus": 0,
+                        "cpu_cores": pricing.ZERO,
+                        "memory_gib": pricing.ZERO,
+                        "start": start,
+                        "end": start + dt.timedelta(hours=1),
+                        "gpu_hours": pricing.ZERO,
+                        "rate": pricing.ZERO,
+                        "cost": cost,
+                        "currency": pricing.DEFAULT_CURRENCY,
+                    }
+                )
+            written += _store(tenant, rows, UsageKind.TOKENS, now.replace(microsecond=0))
+    return written

@@ -1,0 +1,217 @@
+"""Billing data: the GPU SKU catalog, usage records, and the per-tenant hash-chained ledger.
+
+Money and quantities are Decimals with 6 fractional digits (the ledger's precision). A usage record is open while
+its run lasts and final afterwards; a final record and every ledger entry are immutable, in code (`save`/`delete`
+guards) and in the database (triggers, apps.billing.triggers).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+from apps.core.models import TimestampedModel
+from apps.core.scoping import TenantScopedManager
+
+GPU_TYPE = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "letters, digits, '.', '_' and '-', starting alphanumeric")
+SKU_NAME = RegexValidator(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$", "lowercase letters, digits, '.' and '-'")
+CURRENCY = RegexValidator(r"^[A-Z]{3}$", "an ISO 4217 code such as USD")
+CPU_GPU_TYPE = "cpu"  # the catalog entry that prices jobs without GPUs (their cores and memory)
+
+
+def _money(**kw) -> models.DecimalField:
+    return models.DecimalField(max_digits=20, decimal_places=6, validators=[MinValueValidator(0)], **kw)
+
+
+class ImmutableError(Exception):
+    """A final usage record or a ledger entry was about to be changed or deleted."""
+
+
+class GpuSku(TimestampedModel):
+    """A price in the catalog: per GPU-hour of one GPU type, in force from `effective_from` until `effective_to`.
+
+    Platform-level (no tenant). Windows of the same GPU type (case-insensitive) never overlap, so one instant has at
+    most one price per type. `cpu_core_hour_rate` and `memory_gib_hour_rate` price a job's requested cores and
+    memory on top of its GPUs; the SKU of GPU type `cpu` prices jobs without GPUs.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[SKU_NAME])
+    gpu_type = models.CharField(max_length=63, validators=[GPU_TYPE], db_index=True)
+    hourly_rate = _money(help_text="per GPU-hour")
+    cpu_core_hour_rate = _money(default=0, help_text="per requested CPU core-hour")
+    memory_gib_hour_rate = _money(default=0, help_text="per requested memory GiB-hour")
+    currency = models.CharField(max_length=3, default="USD", validators=[CURRENCY])
+    effective_from = models.DateTimeField()
+    effective_to = models.DateTimeField(null=True, blank=True, help_text="exclusive; empty: open-ended")
+    description = models.CharField(max_length=500, blank=True, default="")
+
+    AUDIT_FIELDS = (
+        "name",
+        "gpu_type",
+        "hourly_rate",
+        "cpu_core_hour_rate",
+        "memory_gib_hour_rate",
+        "currency",
+        "effective_from",
+        "effective_to",
+        "description",
+    )
+
+    class Meta:
+        ordering = ("gpu_type", "effective_from", "name")
+        verbose_name = "GPU SKU"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(effective_to__isnull=True) | models.Q(effective_to__gt=models.F("effective_from")),
+                name="gpusku_window_not_empty",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.gpu_type} {self.hourly_rate} {self.currency}/GPU-hour)"
+
+
+class UsageKind(models.TextChoices):
+    GPU = "gpu"  # a job's run with GPUs
+    CPU = "cpu"  # a job's run without GPUs
+    TOKENS = "tokens"  # an hour of an LLM gateway model's tokens
+    EXTERNAL = "external"  # an event from an outside meter (POST /api/v1/usage/events/)
+
+
+class UsageRecord(models.Model):
+    """Priced usage: one admitted run of a job, one hour of a model's tokens, or one external event.
+
+    A job's run opens at admission and is refreshed while it runs (`end` empty, `refreshed_at` moving); it is final
+    when the run ends (finished, preempted, evicted or the job deleted). Final records never change and go into the
+    ledger. `event_id` makes every other kind idempotent: the same id in the same tenant is stored once.
+    """
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Indexed by the unique (tenant, event_id) and the (tenant, start) index below.
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False)
+    name = models.CharField(max_length=200, help_text="usage-<job uid>[-<run>], tokens-…, event-…")
+    kind = models.CharField(max_length=10, choices=UsageKind.choices)
+    event_id = models.CharField(max_length=200, null=True, blank=True)
+    # Looked up only among open records, through the partial unique index below.
+    job_pk = models.BigIntegerField(null=True, blank=True, help_text="the job's id while it exists")
+    job_uid = models.UUIDField(null=True, blank=True)
+    job_name = models.CharField(max_length=200, blank=True, default="")
+    run = models.PositiveIntegerField(default=1, help_text="1 for the first admitted run, then one per re-admission")
+    queue_name = models.CharField(max_length=63, blank=True, default="")
+    model = models.CharField(max_length=100, blank=True, default="")
+    # PROTECT is enforced by the ORM; no database constraint, whose per-row check at commit would cost ingestion
+    # more than everything else (SKUs are only deleted through apps.billing.services, which checks for usage).
+    sku = models.ForeignKey(
+        GpuSku, null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
+    sku_name = models.CharField(max_length=63, blank=True, default="", help_text="empty: nothing in the catalog")
+    gpu_type = models.CharField(max_length=63, blank=True, default="")
+    gpus = models.PositiveIntegerField(default=0)
+    cpu_cores = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+    memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+    gpu_hours = _money(default=0)
+    rate = _money(default=0, help_text="per GPU-hour (tokens: 0)")
+    cost = _money(default=0)
+    currency = models.CharField(max_length=3, default="USD")
+    final = models.BooleanField(default=False)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    all_tenants = models.Manager()
+    objects = TenantScopedManager()
+
+    class Meta:
+        default_manager_name = "all_tenants"
+        ordering = ("-start", "-id")
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "event_id"], name="usage_event_once_per_tenant"),
+            models.UniqueConstraint(
+                fields=["job_uid", "run"], condition=models.Q(job_uid__isnull=False), name="usage_one_record_per_run"
+            ),
+            models.UniqueConstraint(
+                fields=["job_pk"], condition=models.Q(final=False), name="usage_one_open_record_per_job"
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "start"], name="usage_tenant_start_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None and UsageRecord.all_tenants.filter(pk=self.pk, final=True).exists():
+            raise ImmutableError(f"usage record {self.name} is final: it cannot change")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if UsageRecord.all_tenants.filter(pk=self.pk, final=True).exists():
+            raise ImmutableError(f"usage record {self.name} is final: it cannot be deleted")
+        return super().delete(*args, **kwargs)
+
+
+class LedgerHead(models.Model):
+    """The head of a tenant's chain. Appending takes this row's lock first, so two appends never fork the chain."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.PROTECT, related_name="+", primary_key=True)
+    sequence = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} @ {self.sequence}"
+
+
+class LedgerEntry(models.Model):
+    """One final usage record, sealed into its tenant's SHA-256 hash chain (version `v1`, apps.billing.ledger).
+
+    Every hashed field is stored as the exact string that was hashed, so verification recomputes from the row
+    alone. Rows are append-only: the database refuses UPDATE and DELETE (apps.billing.triggers).
+    """
+
+    # Indexed by the unique (tenant, sequence) below. No database constraint (a per-row check at commit): an entry
+    # names its tenant in `tenant_slug`, which is hashed, and tenants are never deleted.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False, db_constraint=False
+    )
+    tenant_slug = models.CharField(max_length=63)
+    sequence = models.PositiveBigIntegerField()
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    record_namespace = models.CharField(max_length=70)
+    record_name = models.CharField(max_length=200)
+    record_uid = models.CharField(max_length=36, unique=True)
+    kind = models.CharField(max_length=10)
+    job = models.CharField(max_length=200, blank=True, default="")
+    sku = models.CharField(max_length=63, blank=True, default="")
+    start = models.CharField(max_length=20)
+    end = models.CharField(max_length=20)
+    gpu_hours = models.CharField(max_length=30)
+    rate = models.CharField(max_length=30)
+    cost = models.CharField(max_length=30)
+    currency = models.CharField(max_length=3)
+    recorded_at = models.CharField(max_length=20)
+    hash_version = models.CharField(max_length=4, default="v1")
+    hash = models.CharField(max_length=64)
+
+    all_tenants = models.Manager()
+    objects = TenantScopedManager()
+
+    class Meta:
+        default_manager_name = "all_tenants"
+        ordering = ("tenant", "sequence")
+        verbose_name_plural = "ledger entries"
+        constraints = [models.UniqueConstraint(fields=["tenant", "sequence"], name="ledger_sequence_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_slug} #{self.sequence} {self.hash[:12]}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ImmutableError(f"ledger entry {self.tenant_slug} #{self.sequence} cannot change: append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ImmutableError(f"ledger entry {self.tenant_slug} #{self.sequence} cannot be deleted: append-only")
