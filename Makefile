@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint worker beat clean smoke-run bench-admission bench-gateway models
+.PHONY: install run test lint worker beat clean smoke-run bench-admission bench-gateway bench-billing models
 
 install: $(STAMP)
 
@@ -59,6 +59,11 @@ bench-admission: install
 # Direct + LiteLLM take about 4.5 minutes here; ARGS="--targets direct,litellm" for a subset. See benchmarks/README.md.
 bench-gateway: install
 	$(BIN)/python -m benchmarks.gateway $(ARGS)
+
+# Usage ingestion (through usage_events_ingest, committed per batch, counted back) and ledger verification on
+# PostgreSQL (127.0.0.1:5432, database gryvia_bench_billing created and dropped). See benchmarks/README.md.
+bench-billing: install
+	$(BIN)/python -m benchmarks.billing $(ARGS)
 
 clean:
 	rm -rf $(VENV) var/test .pytest_cache .ruff_cache

@@ -11,6 +11,8 @@ api_v1 = [
     path("", include("apps.jobs.api.urls")),
     path("", include("apps.queueing.api.urls")),
     path("", include("apps.llm.api.urls")),
+    path("", include("apps.billing.api.urls")),
+    path("", include("apps.webhooks.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("schema/ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="schema-ui"),
 ]

@@ -18,6 +18,7 @@ ENDPOINT_MODULES = [
     "tests.tenants.endpoints",
     "tests.jobs.endpoints",
     "tests.queueing.endpoints",
+    "tests.webhooks.endpoints",
 ]
 
 

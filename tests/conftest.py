@@ -22,6 +22,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs Redis: set REDIS_URL"))
 
 
+def _transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    if marker is not None and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])):
+        return True
+    return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Before a transactional test's flush on SQLite (DELETE FROM every table): billing history is append-only in
+    the database (triggers), so it is cleared the way the `clean_ledger` fixture does. PostgreSQL's flush is a
+    TRUNCATE, which row triggers do not see."""
+    if _transactional(item) and not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        from tests.billing.ledger_tools import billing_rows, clear_billing_history
+
+        try:
+            if billing_rows():
+                clear_billing_history()
+        except Exception:  # noqa: BLE001 - no database in this test after all: nothing to clear
+            pass
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache_and_backend():
     """Throttle counters and the local backend's store do not leak between tests."""

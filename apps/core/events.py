@@ -6,6 +6,7 @@ platform-level changes. Consumers check access before joining any group (apps.co
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from typing import Any
@@ -81,3 +82,66 @@ def broadcast_many(events: list[dict[str, Any]]) -> None:
     deliveries = [_delivery(**event) for event in events]
     if deliveries:
         transaction.on_commit(lambda: _send(deliveries))
+
+
+# --- domain events for outside receivers (webhooks), written to an outbox in the caller's transaction ------------
+
+EVENT_TYPES = (
+    "job.queued",
+    "job.running",
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "job.preempted",
+    "job.rejected",
+    "budget.threshold_crossed",
+    "invoice.finalized",
+    "invoice.paid",
+    "webhook.disabled",
+    "ping",
+)
+RESERVED_EVENT_TYPES = ("workflow.finished",)  # accepted in subscriptions; emitted once workflows exist
+
+
+def _outboxes() -> list[Any]:
+    return [importlib.import_module(path) for path in settings.GRYVIA_EVENT_OUTBOXES]
+
+
+def listening(*, tenant_ids: set[int], types: set[str]) -> set[tuple[int, str]]:
+    """The (tenant, type) pairs among these that some receiver subscribes to (one query per outbox), so a caller
+    with many events builds payloads only for those."""
+    out: set[tuple[int, str]] = set()
+    if tenant_ids and types:
+        for outbox in _outboxes():
+            out |= outbox.listening(tenant_ids=tenant_ids, types=types)
+    return out
+
+
+def emit_many(items: list[dict[str, Any]]) -> int:
+    """Record events for outside receivers in the caller's transaction: a rolled-back change emits nothing.
+
+    Each item: `tenant_id`, `tenant_slug`, `type` (one of EVENT_TYPES), `data` (JSON-safe), and optionally
+    `subject` ("job/<name>"), `match` (what subscriptions select on: {"name": ..., "labels": {...}}) and
+    `endpoint_ids` (only these receivers, e.g. a ping). Returns how many deliveries were queued.
+    """
+    for item in items:
+        if item["type"] not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {item['type']!r}; known: {', '.join(EVENT_TYPES)}")
+    if not items:
+        return 0
+    return sum(outbox.write(items) for outbox in _outboxes())
+
+
+def emit(
+    *,
+    tenant: Any,
+    type: str,
+    data: dict[str, Any],
+    subject: str = "",
+    match: dict[str, Any] | None = None,
+    endpoint_ids: list[int] | None = None,
+) -> int:
+    """`emit_many` for one event of `tenant`."""
+    item: dict[str, Any] = {"tenant_id": tenant.pk, "tenant_slug": tenant.slug, "type": type, "data": data}
+    item.update(subject=subject, match=match or {}, endpoint_ids=endpoint_ids)
+    return emit_many([item])

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -143,18 +144,19 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
         for job in rows:
             by_queue.setdefault(job.queue_name, []).append(job)
         events = []
-        for queue, jobs in by_queue.items():
-            message = f"waiting for jobs ahead of it in queue {queue}"
-            for start in range(0, len(jobs), 1000):
-                chunk = jobs[start : start + 1000]
-                Job.all_tenants.filter(pk__in=[j.pk for j in chunk], phase=JobPhase.PENDING).update(
-                    phase=JobPhase.QUEUED, reason="WaitingForJobsAhead", message=message
-                )
-            events += [(job, "Queued", message, "Normal") for job in jobs]
-            for job in jobs:
-                if job.pk in self.head_status:
-                    self.head_status[job.pk] = (JobPhase.QUEUED, "WaitingForJobsAhead", message)
-        services.job_events_record(events)
+        with transaction.atomic():  # the phase change and its events (and webhook outbox rows) together
+            for queue, jobs in by_queue.items():
+                message = f"waiting for jobs ahead of it in queue {queue}"
+                for start in range(0, len(jobs), 1000):
+                    chunk = jobs[start : start + 1000]
+                    Job.all_tenants.filter(pk__in=[j.pk for j in chunk], phase=JobPhase.PENDING).update(
+                        phase=JobPhase.QUEUED, reason="WaitingForJobsAhead", message=message
+                    )
+                events += [(job, "Queued", message, "Normal") for job in jobs]
+                for job in jobs:
+                    if job.pk in self.head_status:
+                        self.head_status[job.pk] = (JobPhase.QUEUED, "WaitingForJobsAhead", message)
+            services.job_events_record(events)
 
     # -- owners -------------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.fields.json import KT
 
@@ -165,21 +166,22 @@ class PassMixin:
 
     def end_pass(self) -> None:
         """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk."""
-        written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
-        for pk in set(self._changes) - written:  # became terminal meanwhile: its events did not happen
-            self._jobs[pk].refresh_from_db()
-        events = [e for e in self._events if e[0].pk in written]
-        if self._status:
-            bulk_set(
-                Job,
-                {pk: {"observed_generation": g, "status_applied": a} for pk, (g, a) in self._status.items()},
-                when={pk: {"generation": g} for pk, (g, _a) in self._status.items()},
-            )
-        if self._revoke:
-            api_key_revoke_bound(bound_to=self._revoke)
-        if self._finalize:
-            Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
-        services.job_events_record(events)
+        with transaction.atomic():  # status, its events and their webhook outbox rows: all or none
+            written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
+            for pk in set(self._changes) - written:  # became terminal meanwhile: its events did not happen
+                self._jobs[pk].refresh_from_db()
+            events = [e for e in self._events if e[0].pk in written]
+            if self._status:
+                bulk_set(
+                    Job,
+                    {pk: {"observed_generation": g, "status_applied": a} for pk, (g, a) in self._status.items()},
+                    when={pk: {"generation": g} for pk, (g, _a) in self._status.items()},
+                )
+            if self._revoke:
+                api_key_revoke_bound(bound_to=self._revoke)
+            if self._finalize:
+                Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
+            services.job_events_record(events)
         if len(_SEEN) > _SEEN_MAX:
             _SEEN.clear()
         _SEEN.update(self._seen_now)

@@ -13,6 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 from rest_framework import serializers
 
+from apps.billing import services as billing
+from apps.core import events as core_events
 from apps.core.audit import audit_record, audit_record_many, snapshot
 from apps.core.bulk import bulk_insert
 from apps.core.errors import Conflict
@@ -28,6 +30,18 @@ from .spec import normalize_spec
 RECONCILE = "reconcile-jobs"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 RECONCILER = system("job-reconciler")
+# Lifecycle event reasons that are phase changes outside receivers (webhooks) subscribe to.
+PHASE_EVENT_TYPES = {
+    "Queued": "job.queued",
+    "Requeued": "job.queued",
+    "Running": "job.running",
+    "Succeeded": "job.succeeded",
+    "Failed": "job.failed",
+    "Cancelled": "job.cancelled",
+    "Preempted": "job.preempted",
+    "Rejected": "job.rejected",
+}
+_PAYLOAD_FIELDS = {"uid", "spec", "queue_name"}
 
 
 class JobConflict(Conflict):
@@ -76,6 +90,49 @@ def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Princip
             for job, reason, message, _kind in events
         ]
     )
+    _emit_phase_events(events)
+    billing.usage_job_events(events)  # usage records open at admission and close when the run ends
+
+
+def _emit_phase_events(events: list[tuple[Job, str, str, str]]) -> None:
+    """Phase changes among `events` as `job.*` events (apps.core.events), in the caller's transaction. Costs one
+    query when nobody listens; payloads are built only for the tenants and types someone subscribes to."""
+    typed = [(job, PHASE_EVENT_TYPES[r], r, m) for job, r, m, _k in events if r in PHASE_EVENT_TYPES]
+    if not typed:
+        return
+    wanted = core_events.listening(tenant_ids={e[0].tenant_id for e in typed}, types={e[1] for e in typed})
+    typed = [e for e in typed if (e[0].tenant_id, e[1]) in wanted]
+    if not typed:
+        return
+    # Jobs read with only a few columns (the reconciler's bulk queueing) get the rest in one query.
+    partial = [job.pk for job, *_ in typed if job.get_deferred_fields() & _PAYLOAD_FIELDS]
+    rows = {
+        row["pk"]: row for row in Job.all_tenants.filter(pk__in=partial).values("pk", "uid", "queue_name", "spec__type")
+    }
+    items = []
+    for job, event_type, reason, message in typed:
+        row = rows.get(job.pk) or {"uid": job.uid, "queue_name": job.queue_name, "spec__type": job.spec.get("type")}
+        payload = {
+            "name": job.name,
+            "uid": str(row["uid"]),
+            "type": row["spec__type"],
+            "queue": row["queue_name"],
+            "phase": event_type.removeprefix("job.").capitalize(),
+            "reason": reason,
+            "message": message[:1000],
+        }
+        labels = {C.TYPE_LABEL: payload["type"] or "", "gryvia.io/queue": payload["queue"]}
+        items.append(
+            {
+                "tenant_id": job.tenant_id,
+                "tenant_slug": job.tenant.slug,
+                "type": event_type,
+                "data": {"job": payload},
+                "subject": f"job/{job.name}",
+                "match": {"name": job.name, "labels": labels},
+            }
+        )
+    core_events.emit_many(items)
 
 
 def validate_name(name: Any) -> str:
@@ -186,6 +243,7 @@ def job_delete(*, actor: Principal, job: Job) -> None:
 
     _audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
     api_key_revoke_bound(bound_to=f"job:{job.uid}")
+    billing.usage_job_deleted(job=job)  # a run still going ends now and is sealed
     job.delete()
     nudge(RECONCILE)
 

@@ -18,6 +18,8 @@ GRYVIA_PERIODIC = {
     "reconcile-admission-objects": ("apps.queueing.admission_objects.reconcile_admission_objects", 30.0),
     "reconcile-reservations": ("apps.queueing.reservations.reconcile_reservations", 30.0),
     "reconcile-inference-services": ("apps.llm.reconciler.reconcile_inference_services", 5.0),
+    "deliver-webhooks": ("apps.webhooks.delivery.deliver_webhooks", 2.0),
+    "refresh-usage": ("apps.billing.tasks.refresh_usage", 60.0),
 }
 
 CELERY_BEAT_SCHEDULE = {

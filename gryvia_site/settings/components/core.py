@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "apps.queueing",
     "apps.billing",
     "apps.llm",
+    "apps.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -104,4 +105,6 @@ GRYVIA_EVENT_READ_SCOPES = {
     "reservation": "queues:read",
     "membership": None,
     "tenant": None,
+    "webhook_endpoint": "webhooks:read",
+    "webhook_delivery": "webhooks:read",
 }
