@@ -67,19 +67,18 @@ def entry_hash(fields: dict[str, Any]) -> str:
 
 
 def _lock_head(tenant_id: int) -> LedgerHead:
-    """Take the tenant's head row lock (an UPDATE: a row lock on PostgreSQL, the write lock on SQLite) and read it."""
+    """Take the tenant's head row lock and read it, in one statement: an upsert that writes the row to itself (a
+    row lock on PostgreSQL, the write lock on SQLite), creating it at sequence 0 the first time."""
     quote = connection.ops.quote_name
     table = quote(LedgerHead._meta.db_table)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '') ON CONFLICT DO NOTHING",
-                [tenant_id],
-            )
-        else:
-            cursor.execute(f"INSERT OR IGNORE INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '')", [tenant_id])
-        cursor.execute(f"UPDATE {table} SET sequence = sequence WHERE tenant_id = %s", [tenant_id])
-    return LedgerHead.objects.select_for_update().get(tenant_id=tenant_id)
+        cursor.execute(
+            f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '') "
+            f"ON CONFLICT (tenant_id) DO UPDATE SET sequence = {table}.sequence RETURNING sequence, hash",
+            [tenant_id],
+        )
+        sequence, hash_ = cursor.fetchone()
+    return LedgerHead(tenant_id=tenant_id, sequence=sequence, hash=hash_)
 
 
 @dataclass

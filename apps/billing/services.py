@@ -205,18 +205,19 @@ def _open(jobs: list[Any], now: dt.datetime) -> list[UsageRecord]:
 
 def _close(records: Iterable[UsageRecord], ends: dict[int, dt.datetime], now: dt.datetime) -> int:
     """Make open records final at their end, price them, and seal them into the ledger. Returns how many."""
-    sealed = []
-    slugs: dict[int, str] = {}
+    changes: dict[int, dict[str, Any]] = {}
+    by_pk: dict[int, UsageRecord] = {}
     for record in records:
         end = max(_whole(ends.get(record.job_pk, now)), record.start)
-        priced = pricing.price(record, end=end)
-        done = UsageRecord.all_tenants.filter(pk=record.pk, final=False).update(
-            end=end, final=True, refreshed_at=_whole(now), **priced
-        )
-        if not done:  # closed meanwhile by someone else: sealed once, by them
-            continue
-        record.end, record.final = end, True
-        for key, value in priced.items():
+        changes[record.pk] = {"end": end, "final": True, "refreshed_at": _whole(now), **pricing.price(record, end=end)}
+        by_pk[record.pk] = record
+    # One UPDATE for all, each row only while still open: one closed meanwhile by someone else is sealed once, by them.
+    done = bulk_set(UsageRecord, changes, when={pk: {"final": False} for pk in changes})
+    sealed = []
+    slugs: dict[int, str] = {}
+    for pk in sorted(done):
+        record = by_pk[pk]
+        for key, value in changes[pk].items():
             setattr(record, key, value)
         if record.tenant_id not in slugs:
             slugs[record.tenant_id] = record.tenant.slug
