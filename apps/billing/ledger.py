@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from apps.core.bulk import copy_insert
+from apps.core.bulk import copy_insert_rows
 
 from .models import LedgerEntry, LedgerHead, UsageRecord
 
@@ -53,7 +53,8 @@ def decimal6(value: Decimal | int | str) -> str:
 
 def rfc3339(value: dt.datetime) -> str:
     """A UTC instant at whole seconds: `2026-09-03T10:00:00Z`."""
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat() is several times faster than strftime(), and this runs twice for every sealed record.
+    return value.astimezone(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def hash_input(fields: dict[str, Any]) -> bytes:
@@ -118,49 +119,65 @@ class Sealable:
         )
 
 
-def append(records: Iterable[Sealable], *, now: dt.datetime | None = None) -> int:
-    """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written.
+# The columns an entry is written with, in the order `append` builds them: the hashed fields, then the hash.
+_ENTRY_COLUMNS = ("tenant_id", "tenant_slug", *CANONICAL_FIELDS[1:], "hash_version", "hash")
 
-    Per tenant: lock the head, number the entries after it, hash each over its predecessor, insert them in one
-    statement and move the head. `record_uid` is unique, so sealing a record twice fails instead of forking.
-    """
-    recorded_at = rfc3339(now or timezone.now())
-    by_tenant: dict[int, list[Sealable]] = {}
-    for record in records:
-        by_tenant.setdefault(record.tenant_id, []).append(record)
+
+def append(records: Iterable[Sealable], *, now: dt.datetime | None = None) -> int:
+    """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written."""
+    now = now or timezone.now()
+    by_tenant: dict[int, tuple[str, list[tuple]]] = {}
+    for r in records:
+        entry = (r.name, r.uid, r.kind, r.job, r.sku, r.start, r.end, r.gpu_hours, r.rate, r.cost, r.currency)
+        by_tenant.setdefault(r.tenant_id, (r.tenant_slug, []))[1].append(entry)
     written = 0
     for tenant_id in sorted(by_tenant):  # a fixed order: two appenders never wait on each other's heads
-        head = _lock_head(tenant_id)
-        sequence, prev = head.sequence, head.hash
-        rows = []
-        for record in by_tenant[tenant_id]:
-            sequence += 1
-            fields = {
-                "tenant": record.tenant_slug,
-                "sequence": sequence,
-                "prev_hash": prev,
-                "record_namespace": f"tenant-{record.tenant_slug}",
-                "record_name": record.name,
-                "record_uid": record.uid,
-                "kind": record.kind,
-                "job": record.job,
-                "sku": record.sku,
-                "start": rfc3339(record.start),
-                "end": rfc3339(record.end),
-                "gpu_hours": decimal6(record.gpu_hours),
-                "rate": decimal6(record.rate),
-                "cost": decimal6(record.cost),
-                "currency": record.currency,
-                "recorded_at": recorded_at,
-            }
-            prev = entry_hash(fields)
-            row = {k: v for k, v in fields.items() if k != "tenant"}
-            rows.append({**row, "tenant_id": tenant_id, "tenant_slug": record.tenant_slug, "hash": prev})
-            rows[-1]["hash_version"] = HASH_VERSION
-        copy_insert(LedgerEntry, rows)
-        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=prev)
-        written += len(rows)
+        slug, entries = by_tenant[tenant_id]
+        written += seal(tenant_id=tenant_id, tenant_slug=slug, entries=entries, now=now)
     return written
+
+
+def seal(*, tenant_id: int, tenant_slug: str, entries: Iterable[Sequence[Any]], now: dt.datetime | None = None) -> int:
+    """Seal one tenant's final records, given as tuples (name, uid, kind, job, sku, start, end, gpu_hours, rate,
+    cost, currency), into its chain, in the caller's transaction. Returns the entries written.
+
+    Lock the head, number the entries after it, hash each over its predecessor, insert them in one statement
+    (COPY on PostgreSQL) and move the head. `record_uid` is unique, so sealing a record twice fails instead of
+    forking. Entries are built as plain tuples in one pass: this runs for every ingested event.
+    """
+    recorded_at = rfc3339(now or timezone.now())
+    namespace = f"tenant-{tenant_slug}"
+    sha256 = hashlib.sha256
+    head = _lock_head(tenant_id)
+    sequence, prev = head.sequence, head.hash
+    rows = []
+    for name, uid, kind, job, sku, start, end, gpu_hours, rate, cost, currency in entries:
+        sequence += 1
+        # The v1 layout: CANONICAL_FIELDS in order, each as the string that is hashed and stored.
+        hashed = (
+            tenant_slug,
+            str(sequence),
+            prev,
+            namespace,
+            str(name),
+            str(uid),
+            str(kind),
+            str(job),
+            str(sku),
+            rfc3339(start),
+            rfc3339(end),
+            decimal6(gpu_hours),
+            decimal6(rate),
+            decimal6(cost),
+            str(currency),
+            recorded_at,
+        )
+        prev = sha256("\n".join((HASH_VERSION, *hashed)).encode("utf-8")).hexdigest()
+        rows.append((tenant_id, tenant_slug, sequence, *hashed[2:], HASH_VERSION, prev))
+    if rows:
+        copy_insert_rows(LedgerEntry, _ENTRY_COLUMNS, rows)
+        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=prev)
+    return len(rows)
 
 
 @dataclass

@@ -1,26 +1,28 @@
 """Usage from outside the job reconciler: batches of events from external meters, and the LLM gateway's tokens.
 
 An event is stored once per (tenant, id): re-sending it changes nothing. "Accepted" means durably stored: the
-batch's records and their ledger entries are committed before `usage_events_ingest` returns. Rows go in with one
-multi-row `INSERT … ON CONFLICT DO NOTHING` (apps.core.bulk.bulk_insert_new), so a batch costs a few statements
-whatever its size. Validation is plain Python (no serializer per event): a bad event refuses the whole batch with
-its index and field, and nothing is written.
+batch's records and their ledger entries are committed before `usage_events_ingest` returns. On PostgreSQL the
+stored ids are looked up in one query and the rest COPYed in as tuples (a concurrent writer's id falls back to
+`INSERT … ON CONFLICT DO NOTHING`, apps.core.bulk.bulk_insert_new, which SQLite always uses), so a batch costs a
+few statements whatever its size. Validation is plain Python (no serializer per event): a bad event refuses the
+whole batch with its index and field, and nothing is written.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import uuid
+import os
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from operator import itemgetter
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from apps.core.bulk import bulk_insert_new
+from apps.core.bulk import bulk_insert_new, copy_insert_rows
 
 from . import ledger, pricing
 from .models import UsageKind, UsageRecord
@@ -50,7 +52,13 @@ def _instant(value: Any, where: str) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(microsecond=0)
 
 
+_THOUSANDTH = Decimal("0.001")
+_ZERO3 = Decimal(0).quantize(_THOUSANDTH)
+
+
 def _number(value: Any, where: str) -> Decimal:
+    if value == 0 and type(value) is int:  # the default of every event that leaves the field out
+        return _ZERO3
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValidationError({where: "must be a non-negative number"})
     try:
@@ -59,7 +67,7 @@ def _number(value: Any, where: str) -> Decimal:
         raise ValidationError({where: "must be a non-negative number"}) from None
     if not number.is_finite() or number < 0 or number > 10**9:
         raise ValidationError({where: "must be a non-negative number below 10^9"})
-    return number.quantize(Decimal("0.001"))
+    return number.quantize(_THOUSANDTH)
 
 
 def _text(event: dict[str, Any], name: str, where: str, limit: int) -> str:
@@ -73,8 +81,8 @@ def _parse(index: int, event: Any, catalog: pricing.Catalog) -> dict[str, Any]:
     where = f"events[{index}]"
     if not isinstance(event, dict):
         raise ValidationError({where: "must be an object"})
-    unknown = set(event) - EVENT_FIELDS
-    if unknown:
+    if not EVENT_FIELDS.issuperset(event):
+        unknown = set(event) - EVENT_FIELDS
         raise ValidationError({f"{where}.{sorted(unknown)[0]}": "unknown field"})
     event_id = event.get("id")
     if not isinstance(event_id, str) or not 0 < len(event_id) <= 200:
@@ -115,38 +123,81 @@ def _parse(index: int, event: Any, catalog: pricing.Catalog) -> dict[str, Any]:
         "rate": sku.hourly_rate if sku else pricing.ZERO,
         "cost": cost,
         "currency": sku.currency if sku else pricing.DEFAULT_CURRENCY,
+        "model": "",
+        "input_tokens": 0,
+        "output_tokens": 0,
     }
 
 
-def _store(tenant: Any, rows: list[dict[str, Any]], kind: str, now: dt.datetime) -> int:
-    """Insert the rows that are new (by event id), final, and seal them. Returns how many were new."""
-    kind = str(getattr(kind, "value", kind))  # a plain str: COPY would write an Enum's name
-    for row in rows:
-        row.update(tenant_id=tenant.pk, kind=kind, uid=uuid.uuid4(), final=True, refreshed_at=now, created_at=now)
-        row.setdefault("job_pk", None)
-        row.setdefault("job_uid", None)
-    new = set(bulk_insert_new(UsageRecord, rows, conflict=("tenant", "event_id"), returning="event_id"))
-    sealed = [
-        ledger.Sealable(
-            tenant_id=tenant.pk,
-            tenant_slug=tenant.slug,
-            uid=str(row["uid"]),
-            name=row["name"],
-            kind=kind,
-            job=row["job_name"],
-            sku=row["sku_name"] or row["gpu_type"],
-            start=row["start"],
-            end=row["end"],
-            gpu_hours=row["gpu_hours"],
-            rate=row["rate"],
-            cost=row["cost"],
-            currency=row["currency"],
+# The columns a stored record is written with (COPY on PostgreSQL): every row gives every one of them.
+_NOT_A_JOB_RUN = {"job_pk": None, "job_uid": None, "run": 1}
+_RECORD_COLUMNS = (
+    "tenant_id", "uid", "name", "kind", "event_id", "job_pk", "job_uid", "job_name", "run", "queue_name", "model",
+    "input_tokens", "output_tokens", "sku_id", "sku_name", "gpu_type", "gpus", "cpu_cores", "memory_gib", "start",
+    "end", "gpu_hours", "rate", "cost", "currency", "final", "refreshed_at", "created_at",
+)  # fmt: skip
+_VERSION_4 = ~(0xF000 << 64) & ~(0xC000 << 48)
+
+
+def _uuid4_strings(count: int) -> list[str]:
+    """`count` random (version 4) UUIDs as strings, from one read of the OS's random source: what uuid.uuid4()
+    gives, without a UUID object per record."""
+    raw = os.urandom(16 * count)
+    out = []
+    for offset in range(0, 16 * count, 16):
+        value = int.from_bytes(raw[offset : offset + 16]) & _VERSION_4 | (0x4000 << 64) | (0x8000 << 48)
+        text = f"{value:032x}"
+        out.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
+    return out
+
+
+def _stored_event_ids(tenant_id: int, ids: list[str]) -> set[str]:
+    """Which of these event ids the tenant already stored (one query)."""
+    table = connection.ops.quote_name(UsageRecord._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT event_id FROM {table} WHERE tenant_id = %s AND event_id = ANY(%s::varchar[])", [tenant_id, ids]
         )
-        for row in rows
-        if row["event_id"] in new
-    ]
-    ledger.append(sealed, now=now)
-    return len(sealed)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _insert_new(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert the rows whose (tenant, event id) is not stored yet; returns those inserted, in order.
+
+    PostgreSQL: the stored ids are looked up in one query and the rest COPYed straight in, as tuples; if a
+    concurrent writer stored one of them meanwhile (a unique violation), the generic staging-table path with
+    `INSERT … ON CONFLICT DO NOTHING` decides instead. SQLite: that `INSERT … ON CONFLICT` path directly.
+    """
+    if connection.vendor == "postgresql":
+        stored = _stored_event_ids(rows[0]["tenant_id"], [row["event_id"] for row in rows])
+        fresh = [row for row in rows if row["event_id"] not in stored]
+        values = list(map(itemgetter(*_RECORD_COLUMNS), fresh))
+        try:
+            with transaction.atomic():
+                copy_insert_rows(UsageRecord, _RECORD_COLUMNS, values)
+            return fresh
+        except IntegrityError:
+            pass  # someone else stored one of these ids since the lookup
+    new = set(bulk_insert_new(UsageRecord, rows, conflict=("tenant", "event_id"), returning="event_id"))
+    return [row for row in rows if row["event_id"] in new]
+
+
+def _store(tenant: Any, rows: list[dict[str, Any]], kind: str, now: dt.datetime) -> int:
+    """Insert the rows that are new (by event id), final, and seal them. Returns how many were new. The rows are
+    distinct by event id."""
+    if not rows:
+        return 0
+    kind = str(getattr(kind, "value", kind))  # a plain str: COPY would write an Enum's name
+    common = {"tenant_id": tenant.pk, "kind": kind, "final": True, "refreshed_at": now, "created_at": now}
+    common.update(_NOT_A_JOB_RUN)
+    for row, uid in zip(rows, _uuid4_strings(len(rows)), strict=True):
+        row.update(common, uid=uid)
+    entries = [
+        (r["name"], r["uid"], kind, r["job_name"], r["sku_name"] or r["gpu_type"], r["start"], r["end"],
+         r["gpu_hours"], r["rate"], r["cost"], r["currency"])
+        for r in _insert_new(rows)
+    ]  # fmt: skip
+    return ledger.seal(tenant_id=tenant.pk, tenant_slug=tenant.slug, entries=entries, now=now)
 
 
 def usage_events_ingest(*, tenant: Any, events: Any, now: dt.datetime | None = None) -> IngestResult:

@@ -48,6 +48,10 @@ class Catalog:
                 return sku
         return None
 
+    def all_in_force(self, at: dt.datetime) -> list[GpuSku]:
+        """One SKU per GPU type: the one in force at `at`, for every type that has one."""
+        return [sku for gpu_type in self._by_type if (sku := self.in_force(gpu_type, at)) is not None]
+
     def by_name(self, name: str) -> GpuSku | None:
         for skus in self._by_type.values():
             for sku in skus:
@@ -64,8 +68,10 @@ def cost_of(
     if sku is None:
         return gpu_hours, ZERO
     cost = gpu_hours * sku.hourly_rate
-    cost += q6(Decimal(cpu_cores) * hours) * sku.cpu_core_hour_rate
-    cost += q6(Decimal(memory_gib) * hours) * sku.memory_gib_hour_rate
+    if cpu_cores:  # adding a zero term changes nothing once rounded: skipped on the ingest path
+        cost += q6(Decimal(cpu_cores) * hours) * sku.cpu_core_hour_rate
+    if memory_gib:
+        cost += q6(Decimal(memory_gib) * hours) * sku.memory_gib_hour_rate
     return gpu_hours, q6(cost)
 
 

@@ -153,10 +153,10 @@ def test_an_event_naming_a_sku_is_priced_by_it(clean_ledger, tenant_a):
 
 @pytest.mark.postgres
 def test_a_key_inserted_by_someone_else_meanwhile_falls_back_to_on_conflict(clean_ledger, tenant_a, h100, monkeypatch):
-    from apps.core import bulk
+    from apps.billing import metering
 
     services.usage_events_ingest(tenant=tenant_a, events=[_event(1)])
-    monkeypatch.setattr(bulk, "_existing_keys", lambda *a: set())  # as if evt-1 arrived after the lookup
+    monkeypatch.setattr(metering, "_stored_event_ids", lambda *a: set())  # as if evt-1 arrived after the lookup
     result = services.usage_events_ingest(tenant=tenant_a, events=[_event(1), _event(2)])
     assert (result.new, result.duplicates) == (1, 1)
     assert UsageRecord.all_tenants.count() == 2 and LedgerEntry.all_tenants.count() == 2
