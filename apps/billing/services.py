@@ -29,6 +29,7 @@ from apps.core.errors import Conflict
 from apps.core.principal import Principal
 
 from . import ledger, pricing
+from .estimate import CostEstimate, cost_estimate  # noqa: F401 - part of this module's interface
 from .metering import usage_events_ingest, usage_tokens_collect  # noqa: F401 - part of this module's interface
 from .models import CPU_GPU_TYPE, GpuSku, UsageKind, UsageRecord
 

@@ -25,7 +25,7 @@ from apps.tenants.models import Tenant
 from . import choices as C
 from .admission_inputs import admission_fields, request_of
 from .models import Job, JobEvent
-from .spec import normalize_spec
+from .spec import JobSpec, normalize_spec
 
 RECONCILE = "reconcile-jobs"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -42,6 +42,8 @@ PHASE_EVENT_TYPES = {
     "Rejected": "job.rejected",
 }
 _PAYLOAD_FIELDS = {"uid", "spec", "queue_name"}
+# Paths under /api/v1/jobs/ that are endpoints, not jobs.
+RESERVED_NAMES = frozenset({"estimate"})
 
 
 class JobConflict(Conflict):
@@ -142,6 +144,8 @@ def validate_name(name: Any) -> str:
         raise ValidationError({"name": f"must be at most {C.MAX_NAME_LENGTH} characters (got {len(name)})"})
     if not _NAME.match(name):
         raise ValidationError({"name": "must be a DNS label: lowercase letters, digits and '-'"})
+    if name in RESERVED_NAMES:
+        raise ValidationError({"name": f"{name!r} is reserved (/api/v1/jobs/{name}/ is an endpoint): pick another"})
     return name
 
 
@@ -162,14 +166,31 @@ def _spec_errors(exc: serializers.ValidationError) -> ValidationError:
     return ValidationError(flatten(exc.detail, "spec"))
 
 
+def _normalized(spec: Any) -> dict[str, Any]:
+    try:
+        return normalize_spec(spec)
+    except serializers.ValidationError as exc:
+        raise _spec_errors(exc) from exc
+
+
+def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
+    """What the job would cost if submitted now, validated as `job_create` validates it (the same field errors);
+    nothing is stored. Raises ValidationError naming the field."""
+    if name is not None:
+        validate_name(name)
+    normalized = _normalized(spec)
+    return billing.cost_estimate(
+        request=request_of(normalized),
+        gpu_type=normalized.get("gpuType") or "",
+        timeout_seconds=JobSpec.of(normalized).timeout_seconds,
+    )
+
+
 @transaction.atomic
 def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job:
     """Submit a job. Raises ValidationError naming the field (`name`, `spec.distributed.nodes`, ...)."""
     validate_name(name)
-    try:
-        normalized = normalize_spec(spec)
-    except serializers.ValidationError as exc:
-        raise _spec_errors(exc) from exc
+    normalized = _normalized(spec)
     try:
         with transaction.atomic():
             job = Job.all_tenants.create(

@@ -1,4 +1,4 @@
-"""`gryvia jobs ...`: submit, list, get, logs, events, cancel, resize, delete."""
+"""`gryvia jobs ...`: submit, estimate, list, get, logs, events, cancel, resize, delete."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..client import job_path
 from ..context import Context
 from ..errors import ApiError, CliError, UsageError
 from ..manifests import read_sources
-from ..output import clean, emit, emit_many, events_table, job_summary, jobs_table
+from ..output import clean, emit, emit_many, events_table, job_summary, jobs_table, table
 from ..wait import DEFAULT_INTERVAL_S, Progress, finished, outcome, phase_of, started, stopped, wait_for
 from .common import add_output, non_negative_int, positive_int, seconds
 
@@ -56,6 +56,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     _add_wait_options(p)
     add_output(p)
     p.set_defaults(func=cmd_submit)
+
+    p = actions.add_parser("estimate", parents=[common], help="price jobs from manifests before submitting them")
+    p.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a manifest file, as for submit; '-' reads stdin; repeatable",
+    )
+    add_output(p)
+    p.set_defaults(func=cmd_estimate)
 
     p = actions.add_parser("list", parents=[common], help="list jobs")
     p.add_argument("--phase", type=_phase, help=f"only this phase ({', '.join(PHASES)})")
@@ -137,6 +150,52 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
             last = wait_for(client, job, finished, progress, interval=args.interval, timeout=args.timeout)
             code = max(code, outcome(last, ctx.stderr))
     return code
+
+
+_ESTIMATE_HEADERS = ("JOB", "GPUS", "GPU TYPE", "DURATION", "SKU", "COST", "CURRENCY", "CHEAPEST")
+
+
+def _estimate_row(label: str, estimate: dict[str, Any]) -> list[Any]:
+    duration = f"{estimate.get('duration_seconds')}s"
+    if estimate.get("duration_source") == "default":
+        duration += " (default)"
+    cheapest = estimate.get("cheapest") or {}
+    return [
+        label,
+        estimate.get("gpus"),
+        estimate.get("gpu_type"),
+        duration,
+        estimate.get("sku") or "-",
+        estimate.get("cost"),
+        estimate.get("currency"),
+        f"{cheapest['gpu_type']} {cheapest['cost']}" if cheapest else "-",
+    ]
+
+
+def cmd_estimate(ctx: Context, args: argparse.Namespace) -> int:
+    """Price each manifest (nothing is submitted); exit 1 when one of several could not be priced."""
+    manifests = read_sources(args.files, ctx.stdin)
+    client = ctx.client()
+    priced: list[tuple[str, dict[str, Any]]] = []
+    failures = 0
+    for manifest in manifests:
+        try:
+            answer = client.request("POST", "jobs/estimate/", content=manifest.body, content_type=manifest.content_type)
+        except ApiError as exc:
+            if len(manifests) == 1 or exc.status == 401:
+                raise
+            ctx.stderr.write("".join(clean(line) + "\n" for line in f"error: {manifest.label}: {exc}".splitlines()))
+            failures += 1
+            continue
+        priced.append((manifest.name or manifest.label, client.decode(answer) or {}))
+    if args.output != "table":
+        if priced:
+            emit_many([estimate for _, estimate in priced], args.output, ctx.stdout)
+    elif priced:
+        ctx.stdout.write(table(_ESTIMATE_HEADERS, [_estimate_row(label, e) for label, e in priced], max_width=120))
+        for label, estimate in priced:
+            ctx.stdout.write(clean(f"{label}: {estimate.get('message', '')}") + "\n")
+    return 1 if failures else 0
 
 
 def _follow(ctx: Context, args: argparse.Namespace, job: dict[str, Any], begun: float) -> int:

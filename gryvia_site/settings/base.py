@@ -1,5 +1,6 @@
 """Gryvia settings: the core, then one module per integration (database, cache/channels, DRF, OAuth, Celery, ...)."""
 
+from .components.billing import *  # noqa: F403
 from .components.celery import *  # noqa: F403
 from .components.cluster import *  # noqa: F403
 from .components.core import *  # noqa: F403

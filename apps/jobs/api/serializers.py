@@ -18,6 +18,8 @@ class JobInputSerializer(serializers.Serializer):
     The spec itself is validated by the service (apps.jobs.spec), whose errors name `spec.<field>`.
     """
 
+    name_required = True
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise serializers.ValidationError({"body": ["must be a JSON or YAML mapping"]})
@@ -44,7 +46,7 @@ class JobInputSerializer(serializers.Serializer):
             errors[key] = ["unknown field"]
         if "spec" not in data:
             errors["spec"] = ["is required"]
-        if name is None:
+        if name is None and self.name_required:
             errors[field] = ["is required"]
         if errors:
             raise serializers.ValidationError(errors)
@@ -130,3 +132,43 @@ class ResizeSerializer(serializers.Serializer):
 class CheckpointReportSerializer(serializers.Serializer):
     step = serializers.IntegerField(min_value=0)
     committed = serializers.BooleanField()
+
+
+class JobEstimateInputSerializer(JobInputSerializer):
+    """The document `POST /api/v1/jobs/` takes (a GryviaAIJob manifest or `{"name", "spec"}`); the name may be
+    left out."""
+
+    name_required = False
+
+
+class PricedOptionSerializer(serializers.Serializer):
+    gpu_type = serializers.CharField()
+    sku = serializers.CharField()
+    rate = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="Price per GPU-hour")
+    cost = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="The whole job at this type's SKU")
+    currency = serializers.CharField()
+
+
+class CostEstimateSerializer(serializers.Serializer):
+    """What a job would cost if submitted now (apps.billing.estimate.CostEstimate)."""
+
+    tenant = serializers.CharField()
+    gpus = serializers.IntegerField(help_text="Whole GPUs of the whole gang")
+    gpu_type = serializers.CharField(help_text="The GPU type priced: the job's, `any`, or `cpu` for a CPU job")
+    cpu_cores = serializers.DecimalField(max_digits=20, decimal_places=3)
+    memory_gib = serializers.DecimalField(max_digits=20, decimal_places=3)
+    duration_seconds = serializers.IntegerField()
+    duration_source = serializers.ChoiceField(
+        choices=["timeout", "default"], help_text="timeout: spec.timeout; default: GRYVIA_BILLING_DEFAULT_DURATION_S"
+    )
+    at = serializers.DateTimeField(help_text="The instant whose prices were used")
+    sku = serializers.CharField(allow_null=True, help_text="null: no SKU in force, the job would cost 0")
+    rate = serializers.DecimalField(max_digits=20, decimal_places=6)
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    cost = serializers.DecimalField(max_digits=20, decimal_places=6)
+    currency = serializers.CharField()
+    cheapest = PricedOptionSerializer(
+        allow_null=True, help_text="The cheapest GPU type in force for the same GPUs (may be the job's own)"
+    )
+    alternative = PricedOptionSerializer(allow_null=True, help_text="A job naming a GPU type: the cheapest other type")
+    message = serializers.CharField()

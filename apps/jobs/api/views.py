@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -22,6 +24,8 @@ from ..selectors import with_queue_positions
 from .filters import JobFilterSet
 from .serializers import (
     CheckpointReportSerializer,
+    CostEstimateSerializer,
+    JobEstimateInputSerializer,
     JobEventSerializer,
     JobInputSerializer,
     JobSerializer,
@@ -42,7 +46,8 @@ class JobViewSet(
     serializer_class = JobSerializer
     filterset_class = JobFilterSet
     scope_family = "jobs"
-    action_scopes = {"checkpoints": JOBS_REPORT}
+    # An estimate changes nothing: a viewer may price a job too.
+    action_scopes = {"checkpoints": JOBS_REPORT, "estimate": "jobs:read"}
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]{1,63}"
 
@@ -64,6 +69,17 @@ class JobViewSet(
                 spec=body.validated_data["spec"],
             )
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobInputSerializer, responses={200: CostEstimateSerializer})
+    @action(detail=False, methods=["post"])
+    def estimate(self, request: Request, *args, **kwargs) -> Response:
+        """What the job would cost if submitted now, and the cheapest GPU type for it; nothing is created."""
+        body = JobEstimateInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        tenant = self.target_tenant()
+        with service_errors():
+            estimate = services.job_estimate(spec=body.validated_data["spec"], name=body.validated_data["name"])
+        return Response(CostEstimateSerializer({**asdict(estimate), "tenant": tenant.slug}).data)
 
     def perform_destroy(self, instance: Job) -> None:
         services.job_delete(actor=self.principal, job=instance)
