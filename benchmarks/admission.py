@@ -10,8 +10,9 @@ Every job is submitted up front (rows equivalent to `apps.jobs.services.job_crea
 `job_create` itself with `--submit service`). Then cycles run until every job has finished: each cycle is one
 `JobReconciler(...).run_pass()` (admission in `begin_pass`, workloads created in `desired`, Queued/Running/
 Succeeded written by `observe`), unchanged production code, against benchmarks.simulated.SimulatedCluster. The
-simulated clock stands still after a cycle that saw jobs finish (their quota is free: the next pass admits at the
-same instant, as a nudged reconciler would) and otherwise jumps to the next workload completion.
+simulated clock stands still after a cycle that freed quota its own admission could not use yet (preemption
+victims requeued or still stopping: the next pass admits at the same instant, as the reconciler's nudge makes it)
+and otherwise jumps to the next workload completion. A pass that sees jobs finish admits into their quota itself.
 
 Each size runs in a child process with a fresh database: PostgreSQL database `gryvia_bench` (created, migrated with
 `call_command("migrate")` and dropped here), or SQLite in a temporary data dir with `--db sqlite`. REDIS_URL is unset
@@ -85,6 +86,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--submit", choices=("bulk", "service"), default="bulk", help="bulk rows or job_create")
     parser.add_argument("--time-limit-s", type=float, default=570.0, help="for the whole run, all sizes")
     parser.add_argument("--profile", default="", help="write cProfile stats of the cycles here (SIZE appended)")
+    parser.add_argument("--trace", default="", help="write one line per cycle here (SIZE appended): cpu, admitted")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--budget-s", type=float, default=0.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         command += ["--db", args.db, "--pg-url", args.pg_url, "--submit", args.submit]
         if args.profile:
             command += ["--profile", args.profile]
+        if args.trace:
+            command += ["--trace", args.trace]
         try:
             # The child prints its result line to stdout (inherited) and its progress to stderr.
             failed += subprocess.run(command, check=False).returncode != 0
@@ -244,10 +248,18 @@ class _Queries:
 
     def __init__(self, *, by_table: bool) -> None:
         self.count = 0
+        self.cpu = 0.0
         self.by_table: Counter[str] | None = Counter() if by_table else None
 
     def __call__(self, execute, sql, params, many, context):
         self.count += 1
+        t0 = time.process_time()
+        try:
+            return self._run(execute, sql, params, many, context)
+        finally:
+            self.cpu += time.process_time() - t0
+
+    def _run(self, execute, sql, params, many, context):
         if self.by_table is not None:
             match = _TABLE.search(sql)
             self.by_table[f"{sql.split(None, 1)[0].upper()} {match.group(1)}" if match else sql[:60]] += 1
@@ -299,9 +311,10 @@ def _child(args: argparse.Namespace) -> int:
         finished, makespan, stalled, failed, last_report = 0, None, 0, False, time.monotonic()
         deadline = started + args.budget_s
         fingerprint: tuple = ()
+        trace: list[tuple[float, float, int, int]] | None = [] if args.trace else None  # wall, cpu, started, ended
         while True:
-            before_q, before_deleted = queries.count, cluster.jobs_deleted
-            cpu0, wall0 = time.process_time(), time.perf_counter()
+            before_q, before_started = queries.count, cluster.jobs_started
+            cpu0, wall0, cpu_before = time.process_time(), time.perf_counter(), cpu
             with connection.execute_wrapper(queries):
                 if profiler is not None:
                     profiler.enable()
@@ -314,7 +327,11 @@ def _child(args: argparse.Namespace) -> int:
             # Bookkeeping between cycles (not measured): the jobs by phase, as the database now has them.
             phases = dict(Job.all_tenants.values_list("phase").annotate(n=Count("id")).order_by())
             now_finished = sum(n for phase, n in phases.items() if phase in TERMINAL_PHASES)
-            saw_finish, finished = now_finished > finished, now_finished
+            if trace is not None:
+                trace.append(
+                    (walls[-1], cpu - cpu_before, cluster.jobs_started - before_started, now_finished - finished)
+                )
+            finished = now_finished
             if finished >= total:
                 makespan = cluster.now
                 break
@@ -328,9 +345,10 @@ def _child(args: argparse.Namespace) -> int:
                 break
             previous, fingerprint = fingerprint, (sorted(phases.items()), cluster.jobs_started, cluster.jobs_deleted)
             changed = fingerprint != previous
-            # Quota freed (jobs finished, victims evicted or being requeued): the next pass runs at the same instant,
-            # as a nudged reconciler would. Otherwise the clock jumps to the next workload completion.
-            freed = saw_finish or cluster.jobs_deleted > before_deleted or phases.get(JobPhase.PREEMPTED, 0) > 0
+            # Quota freed after the pass's admission ran (victims requeued, or still being evicted): the next pass
+            # runs at the same instant, as the reconciler's own nudge makes it. A finished job's quota is free for
+            # the admission of the pass that sees it finish. Otherwise the clock jumps to the next completion.
+            freed = reconciler.freed_after_admission > 0 or phases.get(JobPhase.PREEMPTED, 0) > 0
             upcoming = None if (freed and changed) else cluster.next_finish()
             if upcoming is not None:
                 cluster.advance_to(upcoming)
@@ -354,12 +372,17 @@ def _child(args: argparse.Namespace) -> int:
                 f"{admitted}_admitted,{finished}/{total}_finished"
             )
         print(line, flush=True)
+        log(f"[{size}] CPU inside SQL execute (psycopg, client side): {queries.cpu:.2f} s of {cpu:.2f} s")
         log(
             f"[{size}] {len(walls)} cycles, {sum(walls):.1f} s in cycles, queries per cycle "
             f"min {min(per_cycle_queries)} median {statistics.median(per_cycle_queries):.0f} "
             f"max {max(per_cycle_queries)}; {cluster.jobs_started} workloads started, {cluster.jobs_deleted} deleted "
             f"(evictions); cluster calls {dict(cluster.calls)}"
         )
+        if trace is not None:
+            with open(f"{args.trace}.{size}", "w") as out:
+                out.write("wall_ms cpu_ms admitted finished\n")
+                out.writelines(f"{w * 1000:.2f} {c * 1000:.2f} {a} {f}\n" for w, c, a, f in trace)
         if profiler is not None:
             path = f"{args.profile}.{size}"
             profiler.dump_stats(path)

@@ -8,9 +8,10 @@ function) and what the admitted jobs hold, never the specs of thousands of waiti
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db.models import Count, F, Window
+from django.db.models import Case, Count, F, Sum, When, Window
+from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 
 from apps.queueing import selectors as queueing
@@ -76,18 +77,30 @@ def admission_fields(spec: dict[str, Any], priorities: Priorities | None = None)
     }
 
 
-def waiting_heads(per_queue: int) -> tuple[list[Demand], dict[int, tuple[str, str, str]]]:
-    """The first `per_queue` waiting jobs of every queue (the rest wait behind them), and each one's
-    (phase, reason, message) now, so that only what a cycle changes gets written."""
+class WaitingHeads(NamedTuple):
+    demands: list[Demand]  # the first jobs of every queue, in queue order
+    status: dict[int, tuple[str, str, str]]  # each one's (phase, reason, message) now
+    counts: dict[tuple[int, str], int]  # (tenant id, queue name) -> how many jobs wait in it
+    pending: int  # how many waiting jobs are still Pending (submitted, never queued)
+
+
+def waiting_heads(per_queue: int) -> WaitingHeads:
+    """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
+    only what a cycle changes gets written), and how many wait in each queue: one query."""
     fields = ("id", "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt")
+    partition = [F("tenant_id"), F("queue_name")]
     rows = (
         Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
-        .annotate(rank=Window(RowNumber(), partition_by=[F("tenant_id"), F("queue_name")], order_by=QUEUE_ORDER))
+        .annotate(
+            rank=Window(RowNumber(), partition_by=partition, order_by=QUEUE_ORDER),
+            waiting=Window(Count("id"), partition_by=partition),
+            pending=Window(Sum(Case(When(phase=JobPhase.PENDING, then=1), default=0)), partition_by=partition),
+        )
         .filter(rank__lte=per_queue)
-        .values_list(*fields, "phase", "reason", "message")
+        .values_list(*fields, "phase", "reason", "message", "rank", "waiting", "pending")
     )
-    demands, status = [], {}
-    for pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message in rows:
+    demands, status, counts, pending = [], {}, {}, 0
+    for pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p in rows:
         demands.append(
             Demand(
                 job_id=pk,
@@ -101,36 +114,63 @@ def waiting_heads(per_queue: int) -> tuple[list[Demand], dict[int, tuple[str, st
             )
         )
         status[pk] = (phase, reason, message)
-    return demands, status
+        if rank == 1:
+            counts[(tenant_id, queue)] = n
+            pending += p or 0
+    return WaitingHeads(demands, status, counts, pending)
 
 
-def waiting_counts() -> dict[tuple[int, str], int]:
-    """(tenant id, queue name) -> how many jobs wait in it."""
-    rows = (
-        Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
-        .values_list("tenant_id", "queue_name")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    return {(tenant_id, queue): n for tenant_id, queue, n in rows}
+class Active(NamedTuple):
+    """An admitted or ended job not yet finalized, as one cycle reads it (admission and the reconciler's owners())."""
+
+    pk: int
+    uid: str
+    tenant_id: int
+    queue: str
+    request: dict[str, int]
+    borrowing: bool
+    priority: int
+    admitted_at: Any
+    phase: str
+    generation: int
+    observed_generation: int
+    cancel_requested_at: Any
+    completion_time: Any
+    ttl: Any  # spec.ttlSecondsAfterFinished (None: the default)
 
 
-def holdings() -> list[Holding]:
-    """What admitted jobs hold (a preempted job holds its share until its pods are gone)."""
+def active() -> list[Active]:
+    """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
+    and the reconciler (which jobs changed)."""
     fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "start_time")
-    rows = Job.all_tenants.filter(finalized=False, phase__in=HOLDING_PHASES).values_list(*fields, "updated_at", "phase")
+    more = ("phase", "generation", "observed_generation", "cancel_requested_at", "completion_time")
+    rows = (
+        Job.all_tenants.filter(finalized=False)
+        .exclude(phase__in=WAITING_PHASES)
+        .values_list("uid", *fields, "updated_at", *more)
+        .annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
+    )
+    return [
+        Active(pk, str(uid), tenant, queue, request, borrowing, priority, start or updated, *rest)
+        for uid, pk, tenant, queue, request, borrowing, priority, start, updated, *rest in rows
+    ]
+
+
+def holdings(rows: list[Active] | None = None) -> list[Holding]:
+    """What admitted jobs hold (a preempted job holds its share until its pods are gone)."""
     return [
         Holding(
-            pk,
-            tenant_id,
-            queue,
-            request,
-            borrowing,
-            priority=priority,
-            admitted_at=start_time or updated_at,
-            evicting=phase == JobPhase.PREEMPTED,
+            row.pk,
+            row.tenant_id,
+            row.queue,
+            row.request,
+            row.borrowing,
+            priority=row.priority,
+            admitted_at=row.admitted_at,
+            evicting=row.phase == JobPhase.PREEMPTED,
         )
-        for pk, tenant_id, queue, request, borrowing, priority, start_time, updated_at, phase in rows
+        for row in (active() if rows is None else rows)
+        if row.phase in HOLDING_PHASES
     ]
 
 

@@ -39,11 +39,11 @@ from apps.tenants.services import api_key_issue_bound
 from . import admission_inputs, manifests, services
 from . import choices as C
 from .admission import GPU, Decision, admit
-from .choices import JobPhase
+from .choices import HOLDING_PHASES, JobPhase
 from .models import Job
 from .reconciler_pass import PassMixin
 from .reconciler_placement import PlacementMixin
-from .status import Observed, from_batch_job, from_stateful_set, set_condition
+from .status import Observed, from_batch_job, from_stateful_set, set_condition, workload_ended
 
 logger = logging.getLogger(__name__)
 TOKEN_PLACEHOLDER = "issued-at-apply"
@@ -81,6 +81,8 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
         self.unplaced: dict[int, str] = {}
         self.now = timezone.now()
         self.head_status: dict[int, tuple[str, str, str]] = {}
+        self.active_rows: list[admission_inputs.Active] = []
+        self.released: set[int] = set()  # admitted jobs whose workload ended: free for this pass's admission
         # Writes buffered during the pass, flushed by end_pass(): job pk -> changed fields, events, revocations.
         self._changes: dict[int, dict[str, Any]] = {}
         self._jobs: dict[int, Job] = {}
@@ -116,20 +118,35 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
         if self.mode != "native":  # Kueue or KAI admits: Gryvia creates the workloads and reads their state
             self.workloads = self.backend.list(WORKLOAD) if self.mode == "kueue" else []
             return
-        heads, self.head_status = admission_inputs.waiting_heads(settings.GRYVIA_ADMISSION_HEADS)
-        held = admission_inputs.holdings()
+        heads = admission_inputs.waiting_heads(settings.GRYVIA_ADMISSION_HEADS)
+        self.head_status = heads.status
+        self.active_rows = admission_inputs.active()
+        # A job whose workload has ended is marked finished by this pass's observe(): what it held is free for this
+        # pass's admission already, so a finish and the admissions it allows take one pass, not two.
+        self.released = self._ended({row.pk: row.uid for row in self.active_rows if row.phase in HOLDING_PHASES})
+        held = [h for h in admission_inputs.holdings(self.active_rows) if h.job_id not in self.released]
         self.decisions = {
             d.job_id: d
             for d in admit(
-                waiting=heads,
+                waiting=heads.demands,
                 holdings=held,
                 queues=admission_inputs.queue_quotas(),
                 ceilings=admission_inputs.tenant_ceilings(),
                 capacity={GPU: total},
             )
         }
-        self._queue_submitted()
+        if heads.pending:
+            self._queue_submitted()
         self._record_queue_status(heads, held)
+
+    def _ended(self, holding: dict[int, str]) -> set[int]:
+        """Of these admitted jobs (pk -> uid), those whose batch Job has completed or failed."""
+        out = set()
+        for pk, uid in holding.items():
+            for obj in self.live_by_owner.get(uid, {}).values():
+                if obj.get("kind") == "Job" and workload_ended(obj):
+                    out.add(pk)
+        return out
 
     def _queue_submitted(self) -> None:
         """Submitted jobs not admitted at once are Queued, all in a few statements (one per queue name)."""

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.db.models.fields.json import KT
 
 from apps.core.bulk import bulk_set
+from apps.core.periodic import nudge
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants.services import api_key_revoke_bound, api_keys_issue_bound
 
@@ -47,25 +48,33 @@ class PassMixin:
     _finalize: list[int]
     _seen_now: dict[str, tuple]
     _tokens: dict[str, str]
+    active_rows: list[Any]
+    released: set[int]
+    freed_after_admission: int = 0
 
     def owners(self):
         """The jobs this pass has something to do for: every job that runs or has ended and whose row or objects
         changed since this process last looked, and of the waiting ones only those admission decided something new
         for (or that were cancelled). The others wait in their queues untouched."""
         native = self.mode == "native"
-        candidates = Job.all_tenants.filter(finalized=False)
         decided = {
             pk
             for pk, d in self.decisions.items()
             if d.outcome != "wait" or self.head_status.get(pk) != (JobPhase.QUEUED, d.reason, d.message)
         }
-        if native:
-            candidates = candidates.filter(
-                ~Q(phase__in=WAITING_PHASES) | Q(cancel_requested_at__isnull=False) | Q(pk__in=decided)
+        if native:  # the admitted and ended jobs begin_pass read (admission_inputs.active), then the waiting ones
+            rows = [
+                (r.pk, r.uid, r.phase, r.generation, r.observed_generation, r.cancel_requested_at, *r[-2:])
+                for r in self.active_rows
+            ]
+        else:
+            rows = (
+                Job.all_tenants.filter(finalized=False)
+                .values_list(
+                    "pk", "uid", "phase", "generation", "observed_generation", "cancel_requested_at", "completion_time"
+                )
+                .annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
             )
-        rows = candidates.values_list(
-            "pk", "uid", "phase", "generation", "observed_generation", "cancel_requested_at", "completion_time"
-        ).annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
         self.candidate_keys: set[str] = set()
         wanted = []
         default_ttl = settings.GRYVIA_JOB_TTL_S
@@ -86,8 +95,14 @@ class PassMixin:
                 )
             ):
                 wanted.append(pk)
-        for start in range(0, len(wanted), 500):
-            jobs = list(selectors.jobs_to_reconcile().filter(pk__in=wanted[start : start + 500]))
+        waiting = Q(finalized=False, phase__in=WAITING_PHASES)
+        waiting &= Q(cancel_requested_at__isnull=False) | Q(pk__in=decided)
+        chunks = [Q(pk__in=wanted[start : start + 500]) for start in range(0, len(wanted), 500)] or [Q(pk__in=[])]
+        if native:
+            chunks[0] |= waiting
+        for chunk in chunks:
+            jobs = list(selectors.jobs_to_reconcile().filter(chunk))
+            self.candidate_keys.update(str(job.uid) for job in jobs)
             self._issue_tokens(jobs)
             yield from jobs
 
@@ -182,6 +197,18 @@ class PassMixin:
             if self._finalize:
                 Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
             services.job_events_record(events)
+            # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):
+            # another pass at once admits what it now allows, rather than at the next tick.
+            before = {row.pk: row.phase for row in self.active_rows}
+            self.freed_after_admission = sum(
+                1
+                for pk in written
+                if before.get(pk) in HOLDING_PHASES
+                and pk not in self.released
+                and self._changes[pk].get("phase", before[pk]) not in HOLDING_PHASES
+            )
+            if self.freed_after_admission:
+                nudge(services.RECONCILE)
         if len(_SEEN) > _SEEN_MAX:
             _SEEN.clear()
         _SEEN.update(self._seen_now)

@@ -91,16 +91,16 @@ class PlacementMixin:
         self.placements[job.pk] = record
         return record
 
-    def _record_queue_status(self, heads: list[Any], held: list[Any]) -> None:
+    def _record_queue_status(self, heads: admission_inputs.WaitingHeads, held: list[Any]) -> None:
         """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle."""
         admitted: dict[tuple[int, str], dict[str, int]] = {}
-        newly = [d for d in heads if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
+        newly = [d for d in heads.demands if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
         for item in [*held, *newly]:
             usage = admitted.setdefault((item.tenant_id, item.queue), {})
             for resource, amount in item.request.items():
                 usage[resource] = usage.get(resource, 0) + amount
-        pending = admission_inputs.waiting_counts()
-        for demand in heads:
+        pending = dict(heads.counts)
+        for demand in heads.demands:
             decision = self.decisions.get(demand.job_id)
             if decision is not None and decision.outcome != "wait":
                 key = (demand.tenant_id, demand.queue)

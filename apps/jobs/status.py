@@ -47,6 +47,12 @@ def _pod_summary(pods: list[dict[str, Any]]) -> tuple[dict[str, int], list[str]]
     return {i: n - 1 for i, n in sorted(per_index.items(), key=lambda kv: int(kv[0]))}, sorted(nodes)
 
 
+def workload_ended(workload: dict[str, Any]) -> bool:
+    """Whether a batch/v1 Job has completed or failed (from_batch_job's Succeeded or Failed)."""
+    conditions = _true_conditions(workload.get("status") or {})
+    return "Complete" in conditions or "Failed" in conditions
+
+
 def from_batch_job(workload: dict[str, Any], pods: list[dict[str, Any]], *, was_running: bool) -> Observed:
     status = workload.get("status") or {}
     spec = workload.get("spec") or {}

@@ -81,6 +81,27 @@ def test_positions_and_reasons_follow_each_cycle(cluster, kube, tenant_a, client
     assert (third.phase, third.queue_position, third.queue_length) == ("Queued", 1, 1)
 
 
+def test_a_finish_and_the_admission_it_allows_take_one_pass(cluster, kube, tenant_a):
+    first, second = gpu_job(tenant_a, "first"), gpu_job(tenant_a, "second")
+    reconcile_jobs(kube)
+    _set_job_status(cluster, "first", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    stats = reconcile_jobs(kube)  # sees first's workload complete: its quota is free for this pass's admission
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.phase == "Succeeded" and second.phase == "Scheduling"
+    assert cluster.stored(JOB, "second", NS) is not None and stats.errors == 0
+
+
+def test_a_failed_workload_frees_its_quota_in_the_same_pass(cluster, kube, tenant_a):
+    first, second = gpu_job(tenant_a, "first"), gpu_job(tenant_a, "second")
+    reconcile_jobs(kube)
+    _set_job_status(cluster, "first", {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]})
+    reconcile_jobs(kube)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.phase == "Failed" and second.phase == "Scheduling"
+
+
 def test_priority_jumps_the_queue(cluster, kube, tenant_a):
     gpu_job(tenant_a, "holder", priority=50)  # as high as the newcomer: not preempted
     reconcile_jobs(kube)
