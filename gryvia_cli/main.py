@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .commands import auth, billing, hooks, jobs, models, queues
+from .commands import auth, billing, budgets, hooks, invoices, jobs, models, queues
 from .config import ENV_API_KEY, ENV_CONFIG, ENV_TENANT, ENV_URL, resolve
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, ApiError, CliError
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.register(sub, common)
     hooks.register(sub, common)
     billing.register(sub, common)
+    budgets.register(sub, common)
+    invoices.register(sub, common)
     return parser
 
 

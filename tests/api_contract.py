@@ -19,6 +19,7 @@ ENDPOINT_MODULES = [
     "tests.jobs.endpoints",
     "tests.queueing.endpoints",
     "tests.webhooks.endpoints",
+    "tests.billing.endpoints",
 ]
 
 

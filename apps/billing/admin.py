@@ -97,3 +97,6 @@ class LedgerEntryAdmin(_ReadOnlyAdmin):
     list_display = ("tenant_slug", "sequence", "kind", "job", "sku", "start", "end", "cost", "currency", "hash")
     list_filter = ("kind", "currency")
     search_fields = ("tenant_slug", "job", "record_uid", "hash")
+
+
+from . import budget_admin, invoice_admin  # noqa: E402, F401 - they register the budgets', invoices' and cost centers' admin

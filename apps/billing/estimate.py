@@ -67,6 +67,41 @@ def _hours_text(seconds: int) -> str:
     return "".join(parts) or "0s"
 
 
+def _amounts(request: dict[str, int]) -> tuple[int, Decimal, Decimal]:
+    """(GPUs, CPU cores, memory GiB) of an admission request, as a run of it is metered."""
+    gpus = int(request.get("nvidia.com/gpu") or 0)
+    cpu_cores = Decimal(int(request.get("cpu") or 0)) / 1000
+    memory_gib = (Decimal(int(request.get("memory") or 0)) / _GIB).quantize(Decimal("0.001"))
+    return gpus, cpu_cores, memory_gib
+
+
+def _priced_type(gpus: int, gpu_type: str) -> str:
+    named = (gpu_type or "").strip()
+    if not gpus:
+        return CPU_GPU_TYPE
+    return named if named and named.lower() != ANY_GPU_TYPE else ANY_GPU_TYPE
+
+
+def _duration(timeout_seconds: int | None) -> tuple[int, str]:
+    if timeout_seconds:
+        return int(timeout_seconds), "timeout"
+    return int(settings.GRYVIA_BILLING_DEFAULT_DURATION_S), "default"
+
+
+def forecast_cost(
+    *, catalog: pricing.Catalog, request: dict[str, int], gpu_type: str, timeout_seconds: int | None, at: dt.datetime
+) -> tuple[Decimal, str]:
+    """(cost, currency) of a job run for its timeout (or the default duration) at the SKU in force at `at`: what
+    admission checks hard budgets with. The same price as `cost_estimate`'s, without the alternatives."""
+    gpus, cpu_cores, memory_gib = _amounts(request)
+    sku = catalog.in_force(_priced_type(gpus, gpu_type), at)
+    if sku is None:
+        return pricing.ZERO, pricing.DEFAULT_CURRENCY
+    hours = Decimal(_duration(timeout_seconds)[0]) / Decimal(3600)
+    _, cost = pricing.cost_of(sku=sku, gpus=gpus, cpu_cores=cpu_cores, memory_gib=memory_gib, hours=hours)
+    return cost, sku.currency
+
+
 def cost_estimate(
     *,
     request: dict[str, int],
@@ -77,16 +112,10 @@ def cost_estimate(
     """Price a job from its admission request (`nvidia.com/gpu`, `cpu` in millicores, `memory` in bytes, as the
     jobs app computes it) and its named GPU type ("" or `any`: none), for its timeout or the default duration."""
     at = (at or timezone.now()).replace(microsecond=0)
-    gpus = int(request.get("nvidia.com/gpu") or 0)
-    cpu_cores = Decimal(int(request.get("cpu") or 0)) / 1000
-    memory_gib = (Decimal(int(request.get("memory") or 0)) / _GIB).quantize(Decimal("0.001"))
-    if timeout_seconds:
-        duration, source = int(timeout_seconds), "timeout"
-    else:
-        duration, source = int(settings.GRYVIA_BILLING_DEFAULT_DURATION_S), "default"
+    gpus, cpu_cores, memory_gib = _amounts(request)
+    duration, source = _duration(timeout_seconds)
     hours = Decimal(duration) / Decimal(3600)
-    named = (gpu_type or "").strip()
-    priced_type = CPU_GPU_TYPE if not gpus else (named if named and named.lower() != ANY_GPU_TYPE else ANY_GPU_TYPE)
+    priced_type = _priced_type(gpus, gpu_type)
     catalog = pricing.Catalog()
     sku = catalog.in_force(priced_type, at)
     gpu_hours, cost = pricing.cost_of(sku=sku, gpus=gpus, cpu_cores=cpu_cores, memory_gib=memory_gib, hours=hours)
@@ -133,3 +162,24 @@ def cost_estimate(
         alternative=alternative,
         message=message,
     )
+
+
+class Forecaster:
+    """Forecast costs (`forecast_cost`) of many runs at one instant, from the cached catalog: what the admission
+    cycle prices jobs with, with no query while the cache holds. Runs asking the same are priced once."""
+
+    def __init__(self, at: dt.datetime, catalog: pricing.Catalog | None = None) -> None:
+        self.at = at
+        self.catalog = catalog or pricing.Catalog.cached()
+        self._memo: dict[tuple, tuple[Decimal, str]] = {}
+
+    def __call__(self, request: dict[str, int], timeout_seconds: int | None) -> tuple[Decimal, str]:
+        """(cost, currency) of a run with this admission request (`nvidia.com/gpu:<TYPE>` names its GPU type)."""
+        key = (*sorted(request.items()), timeout_seconds)
+        found = self._memo.get(key)
+        if found is None:
+            typed = next((k.split(":", 1)[1] for k in request if k.startswith("nvidia.com/gpu:")), "")
+            found = self._memo[key] = forecast_cost(
+                catalog=self.catalog, request=request, gpu_type=typed, timeout_seconds=timeout_seconds, at=self.at
+            )
+        return found

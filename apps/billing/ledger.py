@@ -82,6 +82,12 @@ def _lock_head(tenant_id: int) -> LedgerHead:
     return LedgerHead(tenant_id=tenant_id, sequence=sequence, hash=hash_)
 
 
+def head_lock(*, tenant_id: int) -> LedgerHead:
+    """Lock the tenant's chain head until the caller's transaction ends (no append can happen meanwhile) and read
+    it. Finalizing an invoice holds it, so what it checked is what it bills."""
+    return _lock_head(tenant_id)
+
+
 @dataclass
 class Sealable:
     """What the ledger needs of a final usage record (records ingested in bulk never become model instances)."""

@@ -130,11 +130,11 @@ def _parse(index: int, event: Any, catalog: pricing.Catalog) -> dict[str, Any]:
 
 
 # The columns a stored record is written with (COPY on PostgreSQL): every row gives every one of them.
-_NOT_A_JOB_RUN = {"job_pk": None, "job_uid": None, "run": 1}
+_NOT_A_JOB_RUN = {"job_pk": None, "job_uid": None, "run": 1, "reserved_gpus": 0}
 _RECORD_COLUMNS = (
-    "tenant_id", "uid", "name", "kind", "event_id", "job_pk", "job_uid", "job_name", "run", "queue_name", "model",
-    "input_tokens", "output_tokens", "sku_id", "sku_name", "gpu_type", "gpus", "cpu_cores", "memory_gib", "start",
-    "end", "gpu_hours", "rate", "cost", "currency", "final", "refreshed_at", "created_at",
+    "tenant_id", "uid", "name", "kind", "event_id", "job_pk", "job_uid", "job_name", "run", "reserved_gpus",
+    "queue_name", "model", "input_tokens", "output_tokens", "sku_id", "sku_name", "gpu_type", "gpus", "cpu_cores",
+    "memory_gib", "start", "end", "gpu_hours", "rate", "cost", "currency", "final", "refreshed_at", "created_at",
 )  # fmt: skip
 _VERSION_4 = ~(0xF000 << 64) & ~(0xC000 << 48)
 

@@ -72,33 +72,54 @@ class GpuSku(TimestampedModel):
     def __str__(self) -> str:
         return f"{self.name} ({self.gpu_type} {self.hourly_rate} {self.currency}/GPU-hour)"
 
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        _forget_catalog()
+
+    def delete(self, *args, **kwargs):
+        out = super().delete(*args, **kwargs)
+        _forget_catalog()
+        return out
+
+
+def _forget_catalog() -> None:
+    from .pricing import forget_catalog  # pricing reads these models
+
+    forget_catalog()
+
 
 class UsageKind(models.TextChoices):
     GPU = "gpu"  # a job's run with GPUs
     CPU = "cpu"  # a job's run without GPUs
     TOKENS = "tokens"  # an hour of an LLM gateway model's tokens
     EXTERNAL = "external"  # an event from an outside meter (POST /api/v1/usage/events/)
+    RESERVATION = "reservation"  # GPUs a reservation holds for a tenant (apps.billing.reservations)
 
 
 class UsageRecord(models.Model):
-    """Priced usage: one admitted run of a job, one hour of a model's tokens, or one external event.
+    """Priced usage: one admitted run of a job, one hour of a model's tokens, one external event, or a stretch of
+    time a reservation held GPUs.
 
     A job's run opens at admission and is refreshed while it runs (`end` empty, `refreshed_at` moving); it is final
-    when the run ends (finished, preempted, evicted or the job deleted). Final records never change and go into the
-    ledger. `event_id` makes every other kind idempotent: the same id in the same tenant is stored once.
+    when the run ends (finished, preempted, evicted or the job deleted). A reservation's record works the same way
+    (apps.billing.reservations). Final records never change and go into the ledger. `event_id` makes every other
+    kind idempotent: the same id in the same tenant is stored once. `reserved_gpus` of a job run are GPUs on nodes
+    its tenant's reservation holds: the reservation's record bills them, the run does not.
     """
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     # Indexed by the unique (tenant, event_id) and the (tenant, start) index below.
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False)
     name = models.CharField(max_length=200, help_text="usage-<job uid>[-<run>], tokens-…, event-…")
-    kind = models.CharField(max_length=10, choices=UsageKind.choices)
+    kind = models.CharField(max_length=20, choices=UsageKind.choices)
     event_id = models.CharField(max_length=200, null=True, blank=True)
     # Looked up only among open records, through the partial unique index below.
     job_pk = models.BigIntegerField(null=True, blank=True, help_text="the job's id while it exists")
     job_uid = models.UUIDField(null=True, blank=True)
     job_name = models.CharField(max_length=200, blank=True, default="")
     run = models.PositiveIntegerField(default=1, help_text="1 for the first admitted run, then one per re-admission")
+    # Looked up only among open records, through the partial unique index below.
+    reservation_pk = models.BigIntegerField(null=True, blank=True, help_text="the reservation's id (kind reservation)")
     queue_name = models.CharField(max_length=63, blank=True, default="")
     model = models.CharField(max_length=100, blank=True, default="")
     # PROTECT is enforced by the ORM; no database constraint, whose per-row check at commit would cost ingestion
@@ -109,6 +130,9 @@ class UsageRecord(models.Model):
     sku_name = models.CharField(max_length=63, blank=True, default="", help_text="empty: nothing in the catalog")
     gpu_type = models.CharField(max_length=63, blank=True, default="")
     gpus = models.PositiveIntegerField(default=0)
+    reserved_gpus = models.PositiveIntegerField(
+        default=0, help_text="of `gpus`: those on nodes the tenant's reservation holds (billed by the reservation)"
+    )
     cpu_cores = models.DecimalField(max_digits=14, decimal_places=3, default=0)
     memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
@@ -136,6 +160,16 @@ class UsageRecord(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["job_pk"], condition=models.Q(final=False), name="usage_one_open_record_per_job"
+            ),
+            models.UniqueConstraint(
+                fields=["reservation_pk", "run"],
+                condition=models.Q(reservation_pk__isnull=False),
+                name="usage_one_record_per_reservation_run",
+            ),
+            models.UniqueConstraint(
+                fields=["reservation_pk"],
+                condition=models.Q(final=False, reservation_pk__isnull=False),
+                name="usage_one_open_record_per_reservation",
             ),
         ]
         indexes = [models.Index(fields=["tenant", "start"], name="usage_tenant_start_idx")]
@@ -183,7 +217,7 @@ class LedgerEntry(models.Model):
     record_namespace = models.CharField(max_length=70)
     record_name = models.CharField(max_length=200)
     record_uid = models.CharField(max_length=36, unique=True)
-    kind = models.CharField(max_length=10)
+    kind = models.CharField(max_length=20)
     job = models.CharField(max_length=200, blank=True, default="")
     sku = models.CharField(max_length=63, blank=True, default="")
     start = models.CharField(max_length=20)
@@ -215,3 +249,15 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ImmutableError(f"ledger entry {self.tenant_slug} #{self.sequence} cannot be deleted: append-only")
+
+
+# Budgets, invoices and chargeback's cost centers have their own modules; imported here so Django registers them.
+from .budget_models import Budget, BudgetEvent, BudgetPeriod, BudgetState  # noqa: E402, F401
+from .invoice_models import (  # noqa: E402, F401
+    CostCenter,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    InvoiceState,
+    TenantCostCenter,
+)

@@ -8,9 +8,12 @@ keeps the rate in force when it was admitted, whatever the catalog does later.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Q
 
 from .models import GpuSku
@@ -18,6 +21,20 @@ from .models import GpuSku
 DEFAULT_CURRENCY = "USD"
 SIX = Decimal("0.000001")
 ZERO = Decimal(0)
+# The catalog as the admission cycle reads it (Catalog.cached): forgotten whenever a SKU is written.
+CATALOG_CACHE_KEY = "gryvia:billing:catalog:v1"
+CATALOG_CACHE_S = 300
+_CATALOG_FIELDS = (
+    "id",
+    "name",
+    "gpu_type",
+    "hourly_rate",
+    "cpu_core_hour_rate",
+    "memory_gib_hour_rate",
+    "currency",
+    "effective_from",
+    "effective_to",
+)
 
 
 def q6(value: Decimal) -> Decimal:
@@ -34,13 +51,28 @@ def sku_in_force(gpu_type: str, at: dt.datetime) -> GpuSku | None:
     return GpuSku.objects.filter(window, gpu_type__iexact=gpu_type, effective_from__lte=at).first()
 
 
+def forget_catalog() -> None:
+    """Drop the cached catalog now and again once the writer's transaction commits (GpuSku.save/delete)."""
+    cache.delete(CATALOG_CACHE_KEY)
+    transaction.on_commit(lambda: cache.delete(CATALOG_CACHE_KEY))
+
+
 class Catalog:
     """The whole catalog read once, for pricing many records in one batch (it is small)."""
 
-    def __init__(self) -> None:
+    def __init__(self, skus: Iterable[GpuSku] | None = None) -> None:
         self._by_type: dict[str, list[GpuSku]] = {}
-        for sku in GpuSku.objects.order_by("effective_from"):
+        for sku in GpuSku.objects.order_by("effective_from") if skus is None else skus:
             self._by_type.setdefault(sku.gpu_type.lower(), []).append(sku)
+
+    @classmethod
+    def cached(cls) -> Catalog:
+        """The catalog from the cache (no query while it holds; one query after a SKU changed or it expired)."""
+        rows = cache.get(CATALOG_CACHE_KEY)
+        if rows is None:
+            rows = list(GpuSku.objects.order_by("effective_from").values_list(*_CATALOG_FIELDS))
+            cache.set(CATALOG_CACHE_KEY, rows, CATALOG_CACHE_S)
+        return cls(GpuSku(**dict(zip(_CATALOG_FIELDS, row, strict=True))) for row in rows)
 
     def in_force(self, gpu_type: str, at: dt.datetime) -> GpuSku | None:
         for sku in self._by_type.get(gpu_type.lower(), ()):
@@ -76,10 +108,11 @@ def cost_of(
 
 
 def price(record: Any, *, end: dt.datetime) -> dict[str, Decimal]:
-    """The `gpu_hours` and `cost` of a run record from its start to `end`, at its SKU's rates."""
+    """The `gpu_hours` and `cost` of a run record from its start to `end`, at its SKU's rates. GPUs on nodes of the
+    tenant's reservation (`reserved_gpus`) are the reservation's to bill: neither their hours nor their cost count."""
     gpu_hours, cost = cost_of(
         sku=record.sku,
-        gpus=record.gpus,
+        gpus=record.gpus - (getattr(record, "reserved_gpus", 0) or 0),
         cpu_cores=record.cpu_cores,
         memory_gib=record.memory_gib,
         hours=hours_between(record.start, end),

@@ -14,10 +14,24 @@ from django.db.models.functions import Coalesce, TruncDate
 
 from apps.core.scoping import ALL_TENANTS, Scope
 
+from .budgets import HardBudget, hard_budgets_in_force
+from .estimate import Forecaster
+from .forecast import Forecast, month_end_forecast
 from .models import GpuSku, LedgerEntry, UsageRecord
 from .pricing import sku_in_force
 
-__all__ = ["sku_in_force", "skus", "usage_records_visible", "usage_report", "ledger_entries"]
+__all__ = [
+    "Forecast",
+    "Forecaster",
+    "HardBudget",
+    "hard_budgets_in_force",
+    "sku_in_force",
+    "skus",
+    "usage_records_visible",
+    "usage_report",
+    "ledger_entries",
+    "month_end_forecast",
+]
 
 USAGE_GROUPS = ("tenant", "queue", "job", "sku", "model", "kind", "day")
 USAGE_GROUP_KEYS = {

@@ -29,9 +29,17 @@ from apps.core.errors import Conflict
 from apps.core.principal import Principal
 
 from . import ledger, pricing
+from .budgets import (  # noqa: F401 - part of this module's interface
+    budget_create,
+    budget_delete,
+    budget_update,
+    budgets_evaluate,
+    budgets_nudge,
+)
 from .estimate import CostEstimate, cost_estimate  # noqa: F401 - part of this module's interface
 from .metering import usage_events_ingest, usage_tokens_collect  # noqa: F401 - part of this module's interface
 from .models import CPU_GPU_TYPE, GpuSku, UsageKind, UsageRecord
+from .reservations import usage_reservation_deleted, usage_reservations_sync  # noqa: F401 - likewise
 
 SKU_FIELDS = tuple(f for f in GpuSku.AUDIT_FIELDS if f != "name")
 # Once usage was priced by a SKU, only these may change (its price is history).
@@ -159,6 +167,24 @@ def _job_gpu_type(job: Any) -> str:
     return gpu_type
 
 
+def _reserved_gpus(jobs: list[Any]) -> dict[int, int]:
+    """job pk -> GPUs of its pods placed on nodes its own tenant's reservation holds (one query, and only when a
+    job was placed while its tenant had reserved nodes)."""
+    placed = {job.pk: (job.placement or {}) for job in jobs if (job.placement or {}).get("reserved")}
+    if not placed:
+        return {}
+    from apps.queueing.selectors import reserved_node_holders
+
+    holders = reserved_node_holders({node for p in placed.values() for node in p.get("nodes") or ()})
+    out = {}
+    for job in jobs:
+        nodes = placed.get(job.pk, {}).get("nodes") or []
+        if nodes:
+            per_pod = int((job.request or {}).get("nvidia.com/gpu") or 0) // len(nodes)
+            out[job.pk] = per_pod * sum(1 for node in nodes if holders.get(node) == job.tenant.slug)
+    return out
+
+
 def _open(jobs: list[Any], now: dt.datetime) -> list[UsageRecord]:
     pks = [job.pk for job in jobs]
     already = set(UsageRecord.all_tenants.filter(job_pk__in=pks, final=False).values_list("job_pk", flat=True))
@@ -173,6 +199,7 @@ def _open(jobs: list[Any], now: dt.datetime) -> list[UsageRecord]:
     )
     start = _whole(now)
     catalog = pricing.Catalog()
+    reserved = _reserved_gpus(fresh)
     rows = []
     for job in fresh:
         run = runs.get(job.uid, 0) + 1
@@ -193,6 +220,7 @@ def _open(jobs: list[Any], now: dt.datetime) -> list[UsageRecord]:
                 sku_name=sku.name if sku else "",
                 gpu_type="" if gpu_type == CPU_GPU_TYPE else gpu_type,
                 gpus=int(request.get("nvidia.com/gpu") or 0),
+                reserved_gpus=reserved.get(job.pk, 0),
                 cpu_cores=Decimal(int(request.get("cpu") or 0)) / 1000,
                 memory_gib=(Decimal(int(request.get("memory") or 0)) / 2**30).quantize(Decimal("0.001")),
                 start=start,
@@ -205,11 +233,18 @@ def _open(jobs: list[Any], now: dt.datetime) -> list[UsageRecord]:
 
 
 def _close(records: Iterable[UsageRecord], ends: dict[int, dt.datetime], now: dt.datetime) -> int:
-    """Make open records final at their end, price them, and seal them into the ledger. Returns how many."""
+    """Make open job-run records final at their job's end (`ends` by job pk; else now), price them, and seal them
+    into the ledger. Returns how many."""
+    return close_records([(record, ends.get(record.job_pk, now)) for record in records], now)
+
+
+def close_records(records: Iterable[tuple[UsageRecord, dt.datetime]], now: dt.datetime) -> int:
+    """Make open records final at the given ends (never before their start), price them, and seal them into the
+    ledger, in the caller's transaction. Returns how many."""
     changes: dict[int, dict[str, Any]] = {}
     by_pk: dict[int, UsageRecord] = {}
-    for record in records:
-        end = max(_whole(ends.get(record.job_pk, now)), record.start)
+    for record, at in records:
+        end = max(_whole(at), record.start)
         changes[record.pk] = {"end": end, "final": True, "refreshed_at": _whole(now), **pricing.price(record, end=end)}
         by_pk[record.pk] = record
     # One UPDATE for all, each row only while still open: one closed meanwhile by someone else is sealed once, by them.
@@ -224,6 +259,8 @@ def _close(records: Iterable[UsageRecord], ends: dict[int, dt.datetime], now: dt
             slugs[record.tenant_id] = record.tenant.slug
         sealed.append(ledger.Sealable.of(record, slugs[record.tenant_id]))
     ledger.append(sealed, now=now)
+    if sealed:
+        budgets_nudge()  # spend moved: hard budgets are measured again soon
     return len(sealed)
 
 
@@ -258,11 +295,14 @@ def usage_job_deleted(*, job: Any, now: dt.datetime | None = None) -> None:
 
 
 def usage_refresh(*, now: dt.datetime | None = None) -> int:
-    """Bring open runs' hours and cost up to now; close runs whose job no longer exists (orphans). Periodic."""
+    """Bring open runs' hours and cost up to now; close runs whose job no longer exists (orphans). Periodic.
+    (Reservations' records: usage_reservations_sync.)"""
     from apps.jobs.models import Job  # read only for the orphan sweep
 
     now = now or timezone.now()
-    open_records = list(UsageRecord.all_tenants.filter(final=False).select_related("tenant", "sku"))
+    open_records = list(
+        UsageRecord.all_tenants.filter(final=False, job_pk__isnull=False).select_related("tenant", "sku")
+    )
     if not open_records:
         return 0
     alive = set(Job.all_tenants.filter(pk__in=[r.job_pk for r in open_records]).values_list("pk", flat=True))

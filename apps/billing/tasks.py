@@ -6,5 +6,15 @@ from . import services
 
 
 def refresh_usage() -> dict[str, int]:
-    """Open runs brought up to now (orphans closed), and the gateway's closed token hours turned into records."""
-    return {"open": services.usage_refresh(), "token_records": services.usage_tokens_collect()}
+    """Open runs brought up to now (orphans closed), reservations' records matched to what they hold, and the
+    gateway's closed token hours turned into records."""
+    return {
+        "open": services.usage_refresh(),
+        "reservation_changes": services.usage_reservations_sync(),
+        "token_records": services.usage_tokens_collect(),
+    }
+
+
+def evaluate_budgets() -> dict[str, int]:
+    """Every budget's spend and state, and the thresholds crossed (each recorded and emitted once per period)."""
+    return services.budgets_evaluate()

@@ -26,6 +26,12 @@ capacity, and applies the decisions. Rules, in the spirit of Kueue's ClusterQueu
   Until it is admitted, the preemptor keeps what it asks for within its queue (later jobs of the queue may not
   take it), so the victims cannot start again in its place only to be evicted for it once more.
 
+* Hard budgets (`budgets`, per tenant): a job whose forecast cost (`Demand.cost`, in `Demand.currency`) is more
+  than what is left of one of its tenant's hard budgets in that currency waits with reason `BudgetExceeded` and a
+  message naming the budget; it holds nothing, and the jobs after it are tried. Each job admitted takes its
+  forecast from what is left for the rest of the cycle. A job without a cost (a platform admin released it, or
+  its tenant has no hard budget) is not checked.
+
 Resource keys: `nvidia.com/gpu` (all GPUs), `nvidia.com/gpu:<TYPE>` (GPUs of one type), `cpu` (millicores),
 `memory` (bytes). A queue without a quota for a key does not limit it; a tenant without queues has an implicit,
 unlimited `default` queue.
@@ -36,8 +42,9 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 GPU = "nvidia.com/gpu"
 DEFAULT_QUEUE = "default"
@@ -73,6 +80,23 @@ class Demand:
     request: Mapping[str, int]
     can_preempt: bool = True  # its priority class's preemptionPolicy is not Never
     preempting: bool = False  # jobs were evicted for it (it waits for them, or for what they freed)
+    cost: Decimal | None = None  # forecast cost, checked against its tenant's hard budgets (None: not checked)
+    currency: str = ""
+    timeout_s: int | None = None  # what its forecast is for (the feeder prices it: apps.jobs.admission_inputs)
+    budget_released: bool = False  # a platform admin released it from its budgets' hold
+
+
+@dataclass(frozen=True)
+class BudgetRoom:
+    """A hard budget: what is left of `limit` (spend and running jobs' forecasts taken off), in `currency`.
+
+    `key` identifies it: a cost center's budget is in the list of each of its tenants, and one room is shared."""
+
+    key: int
+    name: str
+    left: Decimal
+    limit: Decimal
+    currency: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,7 @@ class Holding:
     priority: int = 0
     admitted_at: dt.datetime | None = None
     evicting: bool = False  # being preempted: still holds its resources until its pods are gone
+    timeout_s: int | None = None  # its forecast's duration, for what it will still cost (hard budgets)
 
 
 @dataclass(frozen=True)
@@ -329,6 +354,19 @@ def _reason(missing: str | None) -> str:
     return "WaitingForQuota"
 
 
+def _over_budget(demand: Demand, rooms: Sequence[BudgetRoom], left: dict[int, Decimal]) -> str | None:
+    """Why the demand's forecast cost breaks one of these hard budgets, or None."""
+    if not demand.cost:
+        return None
+    for room in rooms:
+        if room.currency == demand.currency and demand.cost > left[room.key]:
+            return (
+                f"held by budget {room.name}: forecast {demand.cost:.2f} {room.currency} exceeds the "
+                f"{max(left[room.key], Decimal(0)):.2f} {room.currency} left of {room.limit:.2f} {room.currency}"
+            )
+    return None
+
+
 def admit(
     *,
     waiting: Iterable[Demand],
@@ -336,8 +374,13 @@ def admit(
     queues: Iterable[QueueQuota],
     ceilings: Mapping[int, Mapping[str, int]],
     capacity: Mapping[str, int],
+    budgets: Mapping[int, Sequence[BudgetRoom]] | None = None,
 ) -> list[Decision]:
-    """One admission cycle. Returns a decision for every waiting job given (admitted ones in admission order)."""
+    """One admission cycle. Returns a decision for every waiting job given (admitted ones in admission order).
+    `budgets`: each tenant's hard budgets (none: budgets are not checked)."""
+    budgets = budgets or {}
+    left = {room.key: room.left for rooms in budgets.values() for room in rooms}
+    over: dict[int, str] = {}  # job id -> the budget that holds it
     holdings = list(holdings)
     state = _State(queues, holdings, ceilings, capacity)
     pending = list(waiting)
@@ -398,6 +441,14 @@ def admit(
             continue  # re-keyed since
         demand = lines[key][cursor[key]]
         cursor[key] += 1
+        rooms = budgets.get(demand.tenant_id)
+        if rooms and demand.cost:
+            hold = _over_budget(demand, rooms, left)
+            if hold is not None:  # passed over, holding nothing: the queue's next job may cost less
+                over[demand.job_id] = hold
+                passed[key].append(demand)
+                push(key)
+                continue
         queue = state.queue_of(demand.tenant_id, demand.queue)
         blocked = (held | kept[key]) & set(demand.request)
         missing, borrowing, shared = ("held", False, False) if blocked else (None, False, False)
@@ -405,6 +456,10 @@ def admit(
             missing, borrowing, shared = _missing(state, demand, queue)
         if missing is None:
             state.take(demand.tenant_id, demand.queue, demand.request)
+            if rooms and demand.cost:
+                for room in rooms:
+                    if room.currency == demand.currency:
+                        left[room.key] -= demand.cost
             decisions[demand.job_id] = Decision(demand.job_id, "admit", borrowing=borrowing)
             admitted.append(demand.job_id)
             for other in tenant_queues[key[0]]:  # the tenant's share moved: its queues' next jobs are re-keyed
@@ -426,6 +481,8 @@ def admit(
     if not any(h.evicting for h in holdings):  # one preemption at a time: wait until the current victims are gone
         index = _Holdings(state, holdings)
         for demand in sorted((line[0] for line in remaining.values()), key=order):
+            if demand.job_id in over:
+                continue  # evicting others would not let it in
             if _missing(state, demand, state.queue_of(demand.tenant_id, demand.queue))[0] is None:
                 continue  # it fits, and waits only behind a job that holds what it asks for: evicting frees nothing
             victims = _victims(state, demand, index)
@@ -437,6 +494,9 @@ def admit(
     misses: dict[tuple, str | None] = {}
     for line in remaining.values():
         for demand in line:
+            if demand.job_id in over:
+                decisions[demand.job_id] = Decision(demand.job_id, "wait", "BudgetExceeded", over[demand.job_id])
+                continue
             queue = state.queue_of(demand.tenant_id, demand.queue)
             ask = (queue.key, tuple(demand.request.items()))
             if ask not in misses:

@@ -7,18 +7,24 @@ function) and what the admitted jobs hold, never the specs of thousands of waiti
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import math
+from collections import defaultdict
+from decimal import Decimal
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db.models import Case, Count, F, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 
+from apps.billing import selectors as billing
 from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
 
-from .admission import GPU, Demand, Holding, QueueQuota
+from .admission import GPU, BudgetRoom, Demand, Holding, QueueQuota
 from .choices import HOLDING_PHASES, WAITING_PHASES, JobPhase
 from .models import Job
 from .spec import JobSpec
@@ -74,6 +80,7 @@ def admission_fields(spec: dict[str, Any], priorities: Priorities | None = None)
         "priority": priority,
         "may_preempt": may_preempt,
         "request": request_of(spec),
+        "timeout_s": JobSpec.of(spec).timeout_seconds,
     }
 
 
@@ -82,6 +89,10 @@ class WaitingHeads(NamedTuple):
     status: dict[int, tuple[str, str, str]]  # each one's (phase, reason, message) now
     counts: dict[tuple[int, str], int]  # (tenant id, queue name) -> how many jobs wait in it
     pending: int  # how many waiting jobs are still Pending (submitted, never queued)
+
+
+# What hard budgets need of a waiting job: its forecast's duration, and whether it was released from their hold.
+_BUDGET_FIELDS = ("timeout_s", "budget_released_at")
 
 
 def waiting_heads(per_queue: int) -> WaitingHeads:
@@ -97,10 +108,13 @@ def waiting_heads(per_queue: int) -> WaitingHeads:
             pending=Window(Sum(Case(When(phase=JobPhase.PENDING, then=1), default=0)), partition_by=partition),
         )
         .filter(rank__lte=per_queue)
-        .values_list(*fields, "phase", "reason", "message", "rank", "waiting", "pending")
+        .values_list(*fields, "phase", "reason", "message", "rank", "waiting", "pending", *_BUDGET_FIELDS)
     )
     demands, status, counts, pending = [], {}, {}, 0
-    for pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p in rows:
+    for (
+        pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p,
+        timeout_s, released_at,
+    ) in rows:  # fmt: skip
         demands.append(
             Demand(
                 job_id=pk,
@@ -111,6 +125,8 @@ def waiting_heads(per_queue: int) -> WaitingHeads:
                 request=request,
                 can_preempt=may_preempt,
                 preempting=reason == "WaitingForPreemption",
+                timeout_s=timeout_s,
+                budget_released=released_at is not None,
             )
         )
         status[pk] = (phase, reason, message)
@@ -135,6 +151,7 @@ class Active(NamedTuple):
     generation: int
     observed_generation: int
     cancel_requested_at: Any
+    timeout_s: int | None  # its forecast's duration (hard budgets)
     completion_time: Any
     ttl: Any  # spec.ttlSecondsAfterFinished (None: the default)
 
@@ -143,7 +160,7 @@ def active() -> list[Active]:
     """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
     and the reconciler (which jobs changed)."""
     fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "start_time")
-    more = ("phase", "generation", "observed_generation", "cancel_requested_at", "completion_time")
+    more = ("phase", "generation", "observed_generation", "cancel_requested_at", "timeout_s", "completion_time")
     rows = (
         Job.all_tenants.filter(finalized=False)
         .exclude(phase__in=WAITING_PHASES)
@@ -168,6 +185,7 @@ def holdings(rows: list[Active] | None = None) -> list[Holding]:
             priority=row.priority,
             admitted_at=row.admitted_at,
             evicting=row.phase == JobPhase.PREEMPTED,
+            timeout_s=row.timeout_s,
         )
         for row in (active() if rows is None else rows)
         if row.phase in HOLDING_PHASES
@@ -215,3 +233,50 @@ def tenant_ceilings() -> dict[int, dict[str, int]]:
         if ceiling:
             out[pk] = ceiling
     return out
+
+
+def budget_rooms(
+    demands: list[Demand], held: list[Holding], now: dt.datetime
+) -> tuple[list[Demand], dict[int, list[BudgetRoom]]]:
+    """The waiting jobs, each with its forecast cost where its tenant has a hard budget in force (not for a job a
+    platform admin released), and each such tenant's budget rooms: the amount, less its spend at its last
+    evaluation, less what the admitted jobs of its tenants are forecast to cost after that evaluation (all of it
+    for one admitted since). One query while a hard budget exists, none otherwise; prices from the cached catalog
+    (apps.billing.estimate.Forecaster)."""
+    hard = billing.hard_budgets_in_force(now)
+    if not hard:
+        return demands, {}
+    price = billing.Forecaster(now)
+    tenants = {tenant_id for budget in hard for tenant_id in budget.tenant_ids}
+    default_s = settings.GRYVIA_BILLING_DEFAULT_DURATION_S
+    running: dict[int, list[tuple[Decimal, str, dt.datetime, int]]] = defaultdict(list)
+    for holding in held:
+        if holding.tenant_id in tenants:
+            cost, currency = price(holding.request, holding.timeout_s)
+            if cost:
+                seconds = holding.timeout_s or default_s
+                running[holding.tenant_id].append((cost, currency, holding.admitted_at or now, seconds))
+    rooms: dict[int, list[BudgetRoom]] = defaultdict(list)
+    for budget in hard:
+        committed = Decimal(0)
+        for tenant_id in budget.tenant_ids:
+            for cost, currency, start, seconds in running.get(tenant_id, ()):
+                if currency == budget.currency:
+                    after = (start + dt.timedelta(seconds=seconds) - max(start, budget.evaluated_at)).total_seconds()
+                    committed += cost * Decimal(min(max(int(after), 0), seconds)) / seconds
+        room = BudgetRoom(
+            key=budget.id,
+            name=budget.name,
+            left=budget.amount - budget.spent - committed,
+            limit=budget.amount,
+            currency=budget.currency,
+        )
+        for tenant_id in budget.tenant_ids:
+            rooms[tenant_id].append(room)
+    priced = []
+    for demand in demands:
+        if demand.tenant_id in rooms and not demand.budget_released:
+            cost, currency = price(demand.request, demand.timeout_s)
+            demand = dataclasses.replace(demand, cost=cost, currency=currency)
+        priced.append(demand)
+    return priced, dict(rooms)

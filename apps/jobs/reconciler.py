@@ -125,14 +125,16 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
         # pass's admission already, so a finish and the admissions it allows take one pass, not two.
         self.released = self._ended({row.pk: row.uid for row in self.active_rows if row.phase in HOLDING_PHASES})
         held = [h for h in admission_inputs.holdings(self.active_rows) if h.job_id not in self.released]
+        waiting, budgets = admission_inputs.budget_rooms(heads.demands, held, now)  # one query if a hard budget
         self.decisions = {
             d.job_id: d
             for d in admit(
-                waiting=heads.demands,
+                waiting=waiting,
                 holdings=held,
                 queues=admission_inputs.queue_quotas(),
                 ceilings=admission_inputs.tenant_ceilings(),
                 capacity={GPU: total},
+                budgets=budgets,
             )
         }
         if heads.pending:

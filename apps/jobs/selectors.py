@@ -68,3 +68,8 @@ def queue_position(job: Job) -> tuple[int | None, int | None]:
     if found is None:
         return None, None
     return found[0] + 1, found[1]
+
+
+def job_timeouts(pks: list[int]) -> dict[int, int | None]:
+    """job pk -> its timeout in seconds (None: no timeout), for the jobs among `pks` that exist (billing's forecast)."""
+    return dict(Job.all_tenants.filter(pk__in=pks).values_list("pk", "timeout_s"))

@@ -226,6 +226,35 @@ def job_cancel(*, actor: Principal, job: Job) -> Job:
 
 
 @transaction.atomic
+def job_budget_release(*, actor: Principal, job: Job) -> Job:
+    """Let a waiting job past its tenant's hard budgets: admission no longer checks its forecast against them
+    (apps.jobs.admission). Platform admins only; audited with the actor. Raises PermissionError, JobConflict."""
+    from apps.core.scopes import ADMIN
+
+    if not (actor.is_platform and ADMIN in actor.platform_scopes):
+        raise PermissionError("only platform staff with admin can release a job from its budget hold")
+    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    if job.is_terminal or job.cancel_requested_at is not None or job.phase not in C.WAITING_PHASES:
+        raise JobConflict(f"job {job.name} is {job.phase}: only a job waiting for admission can be released")
+    if job.budget_released_at is not None:
+        return job
+    held = job.reason == "BudgetExceeded"
+    job.budget_released_at = timezone.now()
+    job.save(update_fields=["budget_released_at", "updated_at"])
+    message = f"released from its budget hold by {actor.label}" + (f" ({job.message})" if held else "")
+    _audit(
+        actor,
+        "job.budget_release",
+        job,
+        {"budget_released_at": None, "reason": job.reason, "message": job.message[:500]},
+        {"budget_released_at": job.budget_released_at.isoformat()},
+    )
+    JobEvent.objects.create(job=job, reason="BudgetReleased", message=message[:2000])
+    nudge(RECONCILE)
+    return job
+
+
+@transaction.atomic
 def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
     """Set an elastic job's desired node count (minNodes..nodes); the reconciler starts or stops indexes."""
     job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)

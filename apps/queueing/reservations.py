@@ -271,6 +271,9 @@ def _pass(backend: ClusterBackend, now: dt.datetime, stats: ReconcileStats) -> N
     ended = Reservation.all_tenants.filter(status_claimed_gpus__gt=0).exclude(pk__in=[r.pk for r in active])
     for reservation in ended.select_related("tenant"):
         _write_status(reservation, nodes=[], gpus=0, message=_released_message(reservation, now), now=now, stats=stats)
+    from apps.billing import services as billing
+
+    billing.usage_reservations_sync(now=now)  # usage records follow the claims just written
 
 
 def reconcile_reservations(backend: ClusterBackend | None = None, *, now: dt.datetime | None = None) -> ReconcileStats:

@@ -6,10 +6,11 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .models import CPU, MEMORY, PriorityClass, Queue, Reservation
+from .models import CPU, MEMORY, GpuNode, PriorityClass, Queue, Reservation
+from .placement import RESERVED_KEY
 from .quantities import cpu_millicores, memory_bytes
 
 UNLIMITED = math.inf
@@ -81,6 +82,19 @@ def all_reservations_active(now: dt.datetime | None = None) -> QuerySet[Reservat
     )
 
 
+def reservations_billable(*, now: dt.datetime, ids: set[int]) -> QuerySet[Reservation]:
+    """What billing looks at: the reservations active at `now` and those named in `ids` (they have an open usage
+    record), with their tenants (apps.billing.reservations)."""
+    return Reservation.all_tenants.filter(Q(start_at__lte=now, end_at__gt=now) | Q(pk__in=ids)).select_related("tenant")
+
+
+def reserved_node_holders(names: set[str]) -> dict[str, str]:
+    """node name -> the tenant slug its `gryvia.io/reserved` label names, for those of `names` a reservation holds
+    (from the inventory the job reconciler keeps)."""
+    rows = GpuNode.objects.filter(name__in=names).values_list("name", "labels")
+    return {name: labels[RESERVED_KEY] for name, labels in rows if (labels or {}).get(RESERVED_KEY)}
+
+
 def reserved_gpus(now: dt.datetime | None = None) -> dict[int, dict[str, int]]:
     """tenant id -> GPU type -> GPUs reserved at `now`: the sum of the tenant's active reservations per type, with
     the type as the reservations spell it ("H100"). One query; tenants without an active reservation are absent."""
@@ -98,3 +112,8 @@ def all_queues() -> QuerySet[Queue]:
 
 def all_priority_classes() -> QuerySet[PriorityClass]:
     return PriorityClass.objects.order_by("name")
+
+
+def reservation_ends(ids: list[int]) -> dict[int, dt.datetime]:
+    """reservation id -> the end of its window, for those among `ids` that exist (billing's forecast)."""
+    return dict(Reservation.all_tenants.filter(pk__in=ids).values_list("pk", "end_at"))

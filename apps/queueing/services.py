@@ -409,8 +409,11 @@ def reservation_update(*, actor: Principal, reservation: Reservation, **changes:
 
 @transaction.atomic
 def reservation_delete(*, actor: Principal, reservation: Reservation) -> None:
+    from apps.billing import services as billing
+
     _require_platform(actor, "reservations")
     _audit(actor, "reservation.delete", reservation, snapshot(reservation, Reservation.AUDIT_FIELDS), None)
+    billing.usage_reservation_deleted(reservation=reservation)  # its usage record ends now and is sealed
     reservation.delete()
     nudge(RECONCILE_RESERVATIONS)
 

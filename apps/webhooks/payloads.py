@@ -47,6 +47,12 @@ def slack_text(*, type: str, tenant: str, data: dict[str, Any]) -> str:
         text = f"Job {tenant}/{job.get('name')} {_PHASE_WORDS[type]}"
         detail = job.get("message") or job.get("reason")
         return f"{text}: {detail}" if detail else text
+    budget = data.get("budget")
+    if type == "budget.threshold_crossed" and isinstance(budget, dict):
+        return (
+            f"Budget {tenant}/{budget.get('name')} crossed {budget.get('threshold')}%: {budget.get('spent')} of "
+            f"{budget.get('amount')} {budget.get('currency')} spent ({budget.get('percent')}%)"
+        )
     if type == "webhook.disabled":
         return f"Gryvia webhook {data.get('endpoint')} ({data.get('url')}) was disabled: {data.get('reason')}"
     if type == "ping":

@@ -1,4 +1,4 @@
-"""`gryvia jobs ...`: submit, estimate, list, get, logs, events, cancel, resize, delete."""
+"""`gryvia jobs ...`: submit, estimate, list, get, logs, events, cancel, release, resize, delete."""
 
 from __future__ import annotations
 
@@ -101,6 +101,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     _add_wait_options(p)
     add_output(p)
     p.set_defaults(func=cmd_cancel)
+
+    p = actions.add_parser("release", parents=[common], help="let a job held by a hard budget run (platform admins)")
+    p.add_argument("name")
+    add_output(p)
+    p.set_defaults(func=cmd_release)
 
     p = actions.add_parser("resize", parents=[common], help="change an elastic job's node count")
     p.add_argument("name")
@@ -274,6 +279,15 @@ def cmd_cancel(ctx: Context, args: argparse.Namespace) -> int:
         if args.output == "table":
             ctx.say(f"job/{_name(job)} {phase_of(job)}")
     if args.output != "table":
+        emit(job, args.output, ctx.stdout)
+    return 0
+
+
+def cmd_release(ctx: Context, args: argparse.Namespace) -> int:
+    job = ctx.client().post(job_path(args.name, "release"))
+    if args.output == "table":
+        ctx.say(f"job/{_name(job)} released from its budget hold (phase {phase_of(job)})")
+    else:
         emit(job, args.output, ctx.stdout)
     return 0
 

@@ -99,6 +99,7 @@ class JobSerializer(serializers.ModelSerializer):
                 "nodeLossRecoveries": job.node_loss_recoveries,
                 "lostSteps": job.lost_steps,
                 "cancelRequested": job.cancel_requested_at is not None,
+                "budgetReleasedAt": iso(job.budget_released_at),
                 "observedGeneration": job.observed_generation,
             },
         }

@@ -1,4 +1,4 @@
-"""REST: /api/v1/jobs/ and its actions (cancel, resize, events, logs, checkpoints)."""
+"""REST: /api/v1/jobs/ and its actions (cancel, release, resize, events, logs, checkpoints)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,14 @@ class JobViewSet(
         with service_errors():
             job = services.job_cancel(actor=self.principal, job=self.get_object())
         return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, *args, **kwargs) -> Response:
+        """Platform admins: let a waiting job past its tenant's hard budgets (audited); admission then ignores them."""
+        with service_errors():
+            job = services.job_budget_release(actor=self.principal, job=self.get_object())
+        return Response(JobSerializer(job).data)
 
     @extend_schema(request=ResizeSerializer, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])

@@ -54,6 +54,9 @@ class Job(TenantOwnedModel):
     priority = models.IntegerField(default=0, help_text="its priority class's value at submission, or spec.priority")
     may_preempt = models.BooleanField(default=True, help_text="its priority class's preemptionPolicy is not Never")
     request = models.JSONField(default=dict, blank=True, help_text="the whole gang's resources, as admission keys")
+    timeout_s = models.PositiveIntegerField(null=True, blank=True, help_text="spec.timeout in seconds (its forecast)")
+    # A platform admin let it past hard budgets (apps.jobs.services.job_budget_release): admission ignores them.
+    budget_released_at = models.DateTimeField(null=True, blank=True)
 
     AUDIT_FIELDS = ("name", "spec", "generation", "phase", "reason", "cancel_requested_at")
 

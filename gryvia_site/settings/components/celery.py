@@ -20,6 +20,7 @@ GRYVIA_PERIODIC = {
     "reconcile-inference-services": ("apps.llm.reconciler.reconcile_inference_services", 5.0),
     "deliver-webhooks": ("apps.webhooks.delivery.deliver_webhooks", 2.0),
     "refresh-usage": ("apps.billing.tasks.refresh_usage", 60.0),
+    "evaluate-budgets": ("apps.billing.tasks.evaluate_budgets", 60.0),
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -103,6 +103,7 @@ GRYVIA_EVENT_READ_SCOPES = {
     "job": "jobs:read",
     "queue": "queues:read",
     "reservation": "queues:read",
+    "budget": "billing:read",
     "membership": None,
     "tenant": None,
     "webhook_endpoint": "webhooks:read",

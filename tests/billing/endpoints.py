@@ -1,0 +1,38 @@
+"""Contract registration for /api/v1/invoices/ (read-only for tenants: the platform creates and finalizes them)."""
+
+import datetime as dt
+import itertools
+
+from apps.billing import invoicing, services
+from apps.billing.models import Invoice
+from tests.api_contract import Endpoint, register
+from tests.factories import ACTOR
+
+_days = itertools.count(0)
+_FIRST = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+
+
+def make_invoice(tenant) -> str:
+    """A finalized invoice of a day of its own, with one ledgered event in it (tenants do not see drafts)."""
+    start = _FIRST + dt.timedelta(days=next(_days))
+    end = start + dt.timedelta(days=1)
+    event = {
+        "id": f"contract-{start:%Y%m%d}",
+        "start": start.isoformat(),
+        "end": (start + dt.timedelta(hours=1)).isoformat(),
+    }
+    services.usage_events_ingest(tenant=tenant, events=[event])
+    draft = invoicing.invoice_create(actor=ACTOR, tenant=tenant, start=start, end=end)
+    return str(invoicing.invoice_finalize(actor=ACTOR, invoice=draft).pk)
+
+
+register(
+    Endpoint(
+        name="invoices",
+        model=Invoice,
+        list_path=lambda t: "/api/v1/invoices/",
+        detail_path=lambda t, i: f"/api/v1/invoices/{i}/",
+        make=make_invoice,
+        read_scope="billing:read",
+    )
+)
