@@ -452,7 +452,7 @@ def hard_budgets_in_force(now: dt.datetime) -> list[HardBudget]:
     """The hard budgets whose period holds `now`: one query, or none while the cache says there are none."""
     if cache.get(HARD_CACHE_KEY) == 0:
         return []
-    rows = list(Budget.all_tenants.filter(hard_limit=True).values_list(*_HARD_FIELDS))
+    rows = list(Budget.all_tenants.filter(hard_limit=True).order_by().values_list(*_HARD_FIELDS))
     cache.set(HARD_CACHE_KEY, 1 if rows else 0, HARD_CACHE_S)
     month_start, _month_end = month_of(now)
     out = []

@@ -76,6 +76,18 @@ class Invoice(models.Model):
     voided_at = models.DateTimeField(null=True, blank=True)
     voided_by = models.CharField(max_length=200, blank=True, default="")
     void_reason = models.CharField(max_length=500, blank=True, default="")
+    # Stripe (test mode; apps.billing.stripe_sync). Written by conditional updates only, also once finalized.
+    stripe_ref = models.CharField(
+        max_length=32, blank=True, default="", help_text="base of the idempotency keys of its Stripe calls"
+    )
+    stripe_customer_id = models.CharField(max_length=255, blank=True, default="")
+    stripe_invoice_id = models.CharField(max_length=255, blank=True, default="")
+    stripe_status = models.CharField(max_length=20, blank=True, default="", help_text="the Stripe invoice's status")
+    stripe_hosted_url = models.CharField(max_length=500, blank=True, default="")
+    stripe_sent_at = models.DateTimeField(null=True, blank=True)
+    stripe_sent_by = models.CharField(max_length=200, blank=True, default="")
+    stripe_payment_failed_at = models.DateTimeField(null=True, blank=True)
+    stripe_last_error = models.CharField(max_length=500, blank=True, default="")
 
     AUDIT_FIELDS = (
         "state",
@@ -109,6 +121,9 @@ class Invoice(models.Model):
                 condition=models.Q(state__in=["draft", "void"])
                 | models.Q(sequence__isnull=False, number__isnull=False),
                 name="invoice_numbered_once_final",
+            ),
+            models.UniqueConstraint(
+                fields=["stripe_invoice_id"], condition=~models.Q(stripe_invoice_id=""), name="invoice_stripe_id_once"
             ),
         ]
         indexes = [models.Index(fields=["tenant", "period_start"], name="invoice_tenant_period_idx")]

@@ -261,3 +261,4 @@ from .invoice_models import (  # noqa: E402, F401
     InvoiceState,
     TenantCostCenter,
 )
+from .stripe_models import StripeEvent  # noqa: E402, F401

@@ -168,7 +168,12 @@ def usage_reservations_sync(*, now: dt.datetime | None = None) -> int:
                 .values_list("reservation_pk", "last")
             )
             opening = [(r, max(start, ends.get(r.pk) or start), gpus) for r, start, gpus in opening]
-            UsageRecord.all_tenants.bulk_create(_records(opening, runs, pricing.Catalog()))
+            fresh = _records(opening, runs, pricing.Catalog())
+            for row, (reserved, _start, _gpus) in zip(fresh, opening, strict=True):  # priced up to now at once
+                priced = pricing.price(row, end=max(min(now, reserved.end_at), row.start))
+                row.gpu_hours, row.cost = priced["gpu_hours"], priced["cost"]
+                row.refreshed_at = now
+            UsageRecord.all_tenants.bulk_create(fresh)
         last_stop: dict[int, dt.datetime] = {}
         for record, at in closing:
             last_stop[record.tenant_id] = max(last_stop.get(record.tenant_id, at), at)

@@ -97,6 +97,7 @@ EVENT_TYPES = (
     "budget.threshold_crossed",
     "invoice.finalized",
     "invoice.paid",
+    "invoice.payment_failed",
     "webhook.disabled",
     "ping",
 )

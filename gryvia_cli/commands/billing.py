@@ -47,7 +47,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     usage.add_argument("--end", help="ISO 8601 date (included) or datetime (default: now)")
     usage.add_argument("--group-by", default="day,sku", help="any of tenant,queue,job,sku,model,kind,day")
     usage.add_argument("--job", help="only this job")
-    usage.add_argument("--kind", choices=("gpu", "cpu", "tokens", "external"))
+    usage.add_argument("--kind", choices=("gpu", "cpu", "tokens", "external", "reservation"))
     usage.add_argument("--csv", action="store_true", help="write CSV (every row) instead of a table")
     add_output(usage)
     usage.set_defaults(func=cmd_usage)

@@ -15,7 +15,7 @@ from .common import add_output, non_negative_int
 
 EVENTS = (
     "job.queued, job.running, job.succeeded, job.failed, job.cancelled, job.preempted, job.rejected, "
-    "budget.threshold_crossed, invoice.finalized, invoice.paid, webhook.disabled"
+    "budget.threshold_crossed, invoice.finalized, invoice.paid, invoice.payment_failed, webhook.disabled"
 )
 
 

@@ -1,5 +1,5 @@
-"""`gryvia invoices …` (estimates, and the Draft -> Finalized -> Paid or Void lifecycle), `gryvia cost-centers …` and
-`gryvia chargeback` (the report of a period per cost center).
+"""`gryvia invoices …` (estimates, the Draft -> Finalized -> Paid or Void lifecycle, sending to Stripe in test mode),
+`gryvia cost-centers …` and `gryvia chargeback` (the report of a period per cost center).
 
 Tenant credentials read their own invoices and estimates; creating, finalizing, paying, voiding, cost centers and
 chargeback need a platform credential (with `admin` for changes). The global `--tenant` names the tenant of a list,
@@ -69,6 +69,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reason", required=True, help="why (3 to 500 characters)")
     add_output(p)
     p.set_defaults(func=cmd_action, verb="void", body=lambda a: {"reason": a.reason})
+    p = actions.add_parser("send", parents=[common], help="send a finalized invoice to Stripe (test mode)")
+    p.add_argument("invoice")
+    add_output(p)
+    p.set_defaults(func=cmd_send)
     p = actions.add_parser("delete", parents=[common], help="delete a draft")
     p.add_argument("invoice")
     p.set_defaults(func=cmd_delete)
@@ -213,6 +217,18 @@ def cmd_action(ctx: Context, args: argparse.Namespace) -> int:
         emit(invoice, args.output, ctx.stdout)
     else:
         ctx.say(f"invoice {invoice.get('number') or invoice['id']} {invoice['state']}")
+    return 0
+
+
+def cmd_send(ctx: Context, args: argparse.Namespace) -> int:
+    invoice = ctx.client().post(f"{INVOICES}{_id(ctx, args.invoice)}/stripe/")
+    if args.output != "table":
+        emit(invoice, args.output, ctx.stdout)
+        return 0
+    sent = invoice["stripe"]
+    ctx.say(f"invoice {invoice['number']} sent to Stripe as {sent['invoice_id']} ({sent['status']})")
+    if sent["hosted_url"]:
+        ctx.say(f"payable at {sent['hosted_url']}")
     return 0
 
 

@@ -10,4 +10,5 @@ from .components.llm import *  # noqa: F403
 from .components.logging import *  # noqa: F403
 from .components.oauth import *  # noqa: F403
 from .components.redis import *  # noqa: F403
+from .components.stripe import *  # noqa: F403
 from .components.webhooks import *  # noqa: F403

@@ -1,10 +1,12 @@
-"""Contract registration for /api/v1/invoices/ (read-only for tenants: the platform creates and finalizes them)."""
+"""Contract registrations for /api/v1/invoices/ (read-only for tenants: the platform creates and finalizes them)
+and /api/v1/budgets/ (read with billing:read, written with billing:write)."""
 
 import datetime as dt
 import itertools
+from decimal import Decimal
 
 from apps.billing import invoicing, services
-from apps.billing.models import Invoice
+from apps.billing.models import Budget, Invoice
 from tests.api_contract import Endpoint, register
 from tests.factories import ACTOR
 
@@ -34,5 +36,29 @@ register(
         detail_path=lambda t, i: f"/api/v1/invoices/{i}/",
         make=make_invoice,
         read_scope="billing:read",
+    )
+)
+
+_names = itertools.count(1)
+
+
+def make_budget(tenant) -> str:
+    return services.budget_create(actor=ACTOR, tenant=tenant, name=f"budget{next(_names)}", amount=Decimal(100)).name
+
+
+register(
+    Endpoint(
+        name="budgets",
+        model=Budget,
+        list_path=lambda t: "/api/v1/budgets/",
+        detail_path=lambda t, i: f"/api/v1/budgets/{i}/",
+        make=make_budget,
+        read_scope="billing:read",
+        write_scope="billing:write",
+        create_payload=lambda t: {"name": f"contract{next(_names)}", "amount": "250", "hard_limit": True},
+        update_payload={"amount": "300", "thresholds": [75, 100]},
+        deletes=True,
+        read_only_scopes=["billing:read"],
+        id_field=("name",),
     )
 )

@@ -98,7 +98,6 @@ def test_the_cycle_costs_one_query_more_with_a_hard_budget_and_none_without(kube
     services.budget_update(actor=ACTOR, budget=soft, hard_limit=True)
     with_hard = steady_pass()
     budget_queries = [q for q in with_hard if "billing_budget" in q]
-    print("QUERIES", len(without), len(with_soft), len(with_hard), budget_queries)
     assert len(budget_queries) == 1 and len(with_hard) == len(without) + 1, (len(without), len(with_hard))
     assert len(with_soft) == len(without)
     assert Job.all_tenants.filter(reason="BudgetExceeded").count() == 2  # the first one runs, the others wait

@@ -20,6 +20,7 @@ from apps.llm.api.usage import InstantField as _InstantField
 from .. import chargeback
 from ..invoicing import money_text
 from ..models import CostCenter, InvoiceState
+from .stripe import StripeStateSerializer
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -137,6 +138,7 @@ class InvoiceSerializer(serializers.Serializer):
     voided_at = serializers.DateTimeField(read_only=True, allow_null=True)
     voided_by = serializers.CharField(read_only=True)
     void_reason = serializers.CharField(read_only=True)
+    stripe = StripeStateSerializer(source="*", read_only=True, help_text="Its Stripe side (test mode)")
 
 
 class CurrencyTotalSerializer(serializers.Serializer):

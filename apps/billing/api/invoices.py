@@ -1,9 +1,10 @@
-"""REST: /api/v1/invoices/ (list, show, create a draft, delete a draft), their finalize, mark-paid, void and
+"""REST: /api/v1/invoices/ (list, show, create a draft, delete a draft), their finalize, mark-paid, void, stripe and
 printable html actions, and /api/v1/invoices/estimate/ (any period, JSON or CSV).
 
 Reading needs `billing:read` in the invoice's tenant; another tenant's invoice is a 404, and drafts are shown to
-platform staff only. Creating, finalizing, marking paid, voiding and deleting need a platform credential with
-`admin` (403 otherwise). A tenant credential estimates its own tenant; platform staff name one with `?tenant=`.
+platform staff only. Creating, finalizing, marking paid, voiding, sending to Stripe and deleting need a platform
+credential with `admin` (403 otherwise). A tenant credential estimates its own tenant; platform staff name one with
+`?tenant=`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from apps.core.api.viewsets import TenantScopedViewSet
 from apps.core.scoping import ALL_TENANTS
 from apps.llm.api.usage import UsageCsvRenderer
 
-from .. import invoicing
+from .. import invoicing, stripe_sync
 from ..models import Invoice, InvoiceState
 from .invoice_serializers import (
     EstimateQuerySerializer,
@@ -36,6 +37,7 @@ from .invoice_serializers import (
     PaySerializer,
     VoidSerializer,
 )
+from .stripe import stripe_errors
 
 CSV_COLUMNS = (
     "invoice",
@@ -213,6 +215,15 @@ class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.De
             invoice = invoicing.invoice_void(
                 actor=self.principal, invoice=invoice, reason=body.validated_data["reason"]
             )
+        return Response(InvoiceSerializer(invoice).data)
+
+    @extend_schema(request=None, responses={200: InvoiceSerializer})
+    @action(detail=True, methods=["post"])
+    def stripe(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Send a finalized invoice to Stripe (test mode): customer, invoice, items, finalized there (503 without a
+        test key, 502 when Stripe fails; sending again resumes and creates nothing twice)."""
+        with stripe_errors():
+            invoice = stripe_sync.invoice_send_to_stripe(actor=self.principal, invoice=self.get_object())
         return Response(InvoiceSerializer(invoice).data)
 
     @extend_schema(responses={(200, "text/html"): OpenApiTypes.STR})

@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from .budgets import BudgetViewSet, UsageForecastView
 from .chargeback import ChargebackView, CostCenterViewSet
 from .invoices import InvoiceViewSet
+from .stripe import StripeWebhookView
 from .views import GpuSkuViewSet, LedgerVerifyView, UsageEventsView, UsageRecordViewSet, UsageView
 
 router = DefaultRouter(trailing_slash=True)
@@ -18,6 +19,7 @@ urlpatterns = [
     path("usage/events/", UsageEventsView.as_view(), name="usage-events"),
     path("usage/forecast/", UsageForecastView.as_view(), name="usage-forecast"),
     path("chargeback/", ChargebackView.as_view(), name="chargeback"),
+    path("billing/stripe/webhook/", StripeWebhookView.as_view(), name="stripe-webhook"),
     *router.urls,
     path("ledger/<slug:tenant>/verify/", LedgerVerifyView.as_view(), name="ledger-verify"),
 ]
