@@ -75,7 +75,7 @@ def _records(pairs: list[tuple[Any, dt.datetime, int]], runs: dict[int, int], ca
 def _release_runs(tenant_ids: set[int], at: dict[int, dt.datetime], now: dt.datetime) -> int:
     """Open job runs on reserved GPUs of tenants left without a billed reservation: each ends at the moment the
     last one stopped and continues, billed in full, in a new record."""
-    from .services import close_records
+    from .runs import close_records
 
     if not tenant_ids:
         return 0
@@ -117,7 +117,7 @@ def usage_reservations_sync(*, now: dt.datetime | None = None) -> int:
     records it opened or closed."""
     from apps.queueing import selectors as queueing
 
-    from .services import close_records
+    from .runs import close_records
 
     now = _whole(now or timezone.now())
     open_records = {
@@ -189,7 +189,7 @@ def usage_reservations_sync(*, now: dt.datetime | None = None) -> int:
 
 def usage_reservation_deleted(*, reservation: Any, now: dt.datetime | None = None) -> None:
     """The reservation is being deleted: its open record ends now (or at its window's end) and is sealed."""
-    from .services import close_records
+    from .runs import close_records
 
     now = _whole(now or timezone.now())
     records = list(
