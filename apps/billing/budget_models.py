@@ -2,7 +2,7 @@
 
 Imported by apps.billing.models (Django finds the models there). Spec fields change through
 apps.billing.budgets only (audited); `status_*` is the evaluator's last view. Writing a budget forgets the cached
-"some hard budget exists" answer the admission cycle reads (apps.billing.budgets.hard_budgets_exist).
+"some hard budget exists" answer the admission cycle reads (apps.billing.budgets.in_force).
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def test_a_threshold_another_evaluator_recorded_first_is_not_emitted_again(tenan
     assert services.budgets_evaluate(now=T0)["events"] == 1
     # A concurrent evaluator that read "nothing recorded yet" just before this row was inserted: its insert fails
     # on the unique (budget, period start, threshold) and it emits nothing.
-    monkeypatch.setattr(budgets, "_recorded", lambda budget_ids: set())
+    monkeypatch.setattr(budgets.evaluation, "_recorded", lambda budget_ids: set())
     assert services.budgets_evaluate(now=T0)["events"] == 0
     assert len(emitted(tenant_a)) == 1 and BudgetEvent.all_tenants.count() == 1
 
