@@ -153,12 +153,12 @@ def test_envelope_for_paths_methods_bodies_and_sizes(gateway, acme_key, chat):
 def test_upstream_timeout_is_a_504_and_a_5xx_is_relayed(llm, chat, upstream):
     upstream.set(first_byte_delay_s=2.0)
     with override_settings(GRYVIA_LLM_UPSTREAM_TIMEOUT_S=0.3):
-        from apps.llm.gateway import proxy
+        from apps.llm.gateway import upstream as gateway_upstream
 
-        proxy._clients.clear()  # the pool takes the new timeout
+        gateway_upstream._clients.clear()  # the pool takes the new timeout
         with pytest.raises(openai.APIStatusError) as caught:
             llm.chat.completions.create(model="gpt", messages=HELLO)
-        proxy._clients.clear()
+        gateway_upstream._clients.clear()
     assert caught.value.status_code == 504 and caught.value.body["code"] == "upstream_timeout"
     upstream.set(first_byte_delay_s=0.0, fail_status=503)
     with pytest.raises(openai.InternalServerError) as caught:
