@@ -15,7 +15,8 @@ metering flush) lands in the run that caused it. Then the six medians of the per
     python -m benchmarks.gateway --targets direct,litellm --requests-c1 100 --requests-c20 200 --runs 1
     python -m benchmarks.gateway --keep                           # leave everything up until Ctrl-C
 
-Progress goes to stderr, figures to stdout, each server's output to var/bench/gateway-logs/.
+Progress goes to stderr, figures to stdout, each server's output to var/bench/gateway-logs/. This module schedules
+the runs and reports them; benchmarks.gateway_targets starts the targets, benchmarks.gateway_client measures them.
 """
 
 from __future__ import annotations
@@ -23,284 +24,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
-import json
-import os
-import re
-import secrets
-import select
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from .procstat import Processes, SetupError, free_port, tree_cpu_s, tree_rss_mb
+from .gateway_client import WARMUP, Client, Run, client_loop
+from .gateway_targets import (
+    BENCH_DIR,
+    ROOT,
+    UPSTREAM_KEY,
+    Target,
+    ensure_litellm,
+    log,
+    start_gryvia,
+    start_litellm,
+    start_upstream,
+    stop_all,
+)
+from .procstat import Processes, SetupError, tree_rss_mb
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH_DIR = ROOT / "var" / "bench"
-LITELLM_VENV = BENCH_DIR / "litellm-venv"
 LOG_DIR = BENCH_DIR / "gateway-logs"
-MODEL = "fake-gpt"
-UPSTREAM_KEY = "sk-standin"
-PG_SERVER = "postgres://postgres@127.0.0.1:5432"
-GRYVIA_DB = "gryvia_bench_gw"
-GRYVIA_REDIS = "redis://127.0.0.1:6379/13"
-PROMPT = "Say hello to the benchmark in five words."
-WARMUP = 20
 CONFIGS = ((False, 1), (False, 20), (True, 1), (True, 20))  # (stream, concurrency)
 PROXIES = ("litellm", "gryvia")
-# Not inherited by what this starts: another profile's settings, a proxy that would take loopback traffic elsewhere.
-_DROPPED_ENV = re.compile(
-    r"^(DATABASE_URL|REDIS_URL|DJANGO_.*|GRYVIA_.*|LITELLM_.*|VIRTUAL_ENV|PYTHONPATH|.*_PROXY)$", re.I
-)
-
-
-@dataclass
-class Target:
-    name: str
-    url: str  # the OpenAI base URL, …/v1
-    key: str
-    pid: int  # root of the process tree whose CPU is measured
-
-
-@dataclass
-class Run:
-    rps: float
-    p50: float  # ms
-    p95: float
-    cpu_ms: float  # CPU milliseconds per request of the target's process tree
-    errors: dict[str, int]
-    usage_missing: int
-    added: tuple[float, float] | None = None  # (p50, p95) over the direct run just before, ms
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _stop_all(procs: Processes) -> None:
-    for name, left in procs.stop_all():
-        if name == "upstream":  # its last line has its request count and its CPU seconds
-            log(f"{name}: {left}")
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _DROPPED_ENV.match(k)}
-    return env | {"NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"} | extra
-
-
-# --- the targets ------------------------------------------------------------------------------------------------
-
-
-def start_upstream(procs: Processes) -> str:
-    """The stand-in on a port it picks; returns its /v1 URL."""
-    argv = [sys.executable, "-m", "benchmarks.upstream", "--port", "0", "--models", MODEL]
-    proc = procs.start("upstream", argv, env=_env(), pipe_out=True)
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
-    line = proc.stdout.readline() if ready else ""
-    if not (match := re.search(r"listening on (\S+)", line)):
-        raise SetupError(f"the stand-in upstream did not start ({line.strip()!r}); {procs.tail('upstream')}")
-    return match.group(1)
-
-
-def ensure_litellm(procs: Processes) -> str:
-    """LiteLLM's proxy in its own venv, installed from PyPI unless a working one is there; returns how it went."""
-    python = LITELLM_VENV / "bin" / "python"
-    code = "import importlib.metadata as m, litellm.proxy.proxy_cli; print(m.version('litellm'))"
-    probe = functools.partial(subprocess.run, [str(python), "-c", code], capture_output=True, text=True, env=_env())
-    if python.exists():
-        found = probe()
-        if found.returncode == 0:
-            return f"litellm {found.stdout.strip()} (reused {LITELLM_VENV.relative_to(ROOT)})"
-        log(f"litellm: {LITELLM_VENV} does not import ({found.stderr.strip()[-200:]}); reinstalling")
-        shutil.rmtree(LITELLM_VENV)
-    log("litellm: pip install 'litellm[proxy]' into a new venv (about a minute)")
-    started = time.monotonic()
-    LITELLM_VENV.parent.mkdir(parents=True, exist_ok=True)
-    install = [python, "-m", "pip", "install", "--disable-pip-version-check", "litellm[proxy]"]
-    if (
-        subprocess.run([sys.executable, "-m", "venv", LITELLM_VENV]).returncode
-        or procs.run("litellm-install", install, env=_env()).returncode
-    ):
-        shutil.rmtree(LITELLM_VENV, ignore_errors=True)
-        raise SetupError(f"installing litellm[proxy] from PyPI failed; {procs.tail('litellm-install')}")
-    elapsed = time.monotonic() - started
-    if (found := probe()).returncode:
-        raise SetupError(f"litellm installed but does not import: {found.stderr.strip()[-500:]}")
-    return f"litellm {found.stdout.strip()} (installed in {elapsed:.0f} s)"
-
-
-def start_litellm(procs: Processes, upstream_url: str, workdir: Path) -> tuple[Target, str]:
-    key = "sk-" + secrets.token_hex(24)  # LiteLLM refuses publicly known master keys such as sk-1234
-    config = workdir / "litellm.yaml"
-    config.write_text(
-        f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
-        f"      api_base: {upstream_url}\n      api_key: {UPSTREAM_KEY}\n"
-        "general_settings:\n  master_key: os.environ/LITELLM_MASTER_KEY\n"
-        "litellm_settings:\n  telemetry: false\n"
-    )
-    port = free_port()
-    env = _env(LITELLM_MASTER_KEY=key, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    argv = [LITELLM_VENV / "bin" / "litellm", "--config", config, "--host", "127.0.0.1", "--port", port]
-    proc = procs.start("litellm", argv, env=env)
-    took = procs.wait_http("litellm", proc, f"http://127.0.0.1:{port}/health/liveliness", 300)
-    return Target("litellm", f"http://127.0.0.1:{port}/v1", key, proc.pid), f"up in {took:.0f} s"
-
-
-def _pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
-def start_gryvia(procs: Processes, upstream_url: str, workdir: Path, cleanup: contextlib.ExitStack):
-    """Gryvia's production profile against the stand-in, as the gateway's bench contract (benchmarks/README.md)."""
-    import redis
-
-    python = ROOT / ".venv" / "bin" / "python"
-    data_dir = workdir / "gryvia-data"
-    data_dir.mkdir()
-    env = _env(
-        DJANGO_SETTINGS_MODULE="gryvia_site.settings.base",
-        DATABASE_URL=f"{PG_SERVER}/{GRYVIA_DB}",
-        REDIS_URL=GRYVIA_REDIS,
-        GRYVIA_DATA_DIR=str(data_dir),
-        GRYVIA_ENV="development",
-        GRYVIA_DEBUG="0",
-    )
-    try:
-        _pg_admin(f'DROP DATABASE IF EXISTS "{GRYVIA_DB}" WITH (FORCE)')
-        _pg_admin(f'CREATE DATABASE "{GRYVIA_DB}"')
-        cleanup.callback(_pg_admin, f'DROP DATABASE IF EXISTS "{GRYVIA_DB}" WITH (FORCE)')
-        store = redis.Redis.from_url(GRYVIA_REDIS, socket_connect_timeout=5)
-        store.flushdb()
-        cleanup.callback(store.flushdb)
-        cleanup.callback(_stop_all, procs)  # LIFO: the servers stop before the database is dropped
-    except Exception as exc:  # noqa: BLE001 - any driver error means the same thing here
-        raise SetupError(f"gryvia needs PostgreSQL on 127.0.0.1:5432 and Redis on :6379: {exc}") from exc
-    if procs.run("gryvia-migrate", [python, "manage.py", "migrate", "--noinput"], env=env).returncode:
-        raise SetupError(f"gryvia: migrate failed; {procs.tail('gryvia-migrate')}")
-    setup = [python, "manage.py", "llm_bench_setup", "--upstream-url", upstream_url, "--model", MODEL]
-    if procs.run("gryvia-setup", setup + ["--upstream-key", UPSTREAM_KEY], env=env).returncode:
-        text = procs.log_text("gryvia-setup")
-        if "Unknown command" in text:
-            raise SetupError("gryvia: `manage.py llm_bench_setup` does not exist yet; run --targets direct,litellm")
-        raise SetupError(f"gryvia: llm_bench_setup failed; {procs.tail('gryvia-setup')}")
-    keys = re.findall(r"^key=(\S+)$", procs.log_text("gryvia-setup"), re.M)
-    if not keys:
-        raise SetupError(f"gryvia: llm_bench_setup printed no `key=...` line; {procs.tail('gryvia-setup')}")
-    port = free_port()
-    proc = procs.start("gryvia", [python, "manage.py", "serve", "--host", "127.0.0.1", "--port", port], env=env)
-    took = procs.wait_http("gryvia", proc, f"http://127.0.0.1:{port}/healthz", 120)
-    return Target("gryvia", f"http://127.0.0.1:{port}/v1", keys[-1], proc.pid), f"up in {took:.0f} s"
-
-
-# --- the client, in its own process --------------------------------------------------------------------------------
-
-
-def _body(stream: bool) -> str:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8}
-    if stream:
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return json.dumps(body)
-
-
-async def _drive(client, headers: dict, body: bytes, stream: bool, requests: int, concurrency: int) -> dict:
-    import httpx
-
-    todo, latencies, errors, usage_missing = iter(range(requests)), [], Counter(), 0
-
-    async def one() -> None:
-        nonlocal usage_missing
-        started = time.perf_counter()
-        if stream:
-            async with client.stream("POST", "chat/completions", content=body, headers=headers) as reply:
-                data = b"".join([chunk async for chunk in reply.aiter_bytes()])
-        else:
-            reply = await client.post("chat/completions", content=body, headers=headers)
-            data = reply.content
-        elapsed = time.perf_counter() - started
-        if not 200 <= reply.status_code < 300:
-            errors[f"HTTP {reply.status_code}: {' '.join(data[:160].decode(errors='replace').split())}"] += 1
-        elif stream and b"[DONE]" not in data[-40:]:
-            errors["the stream ended without data: [DONE]"] += 1
-        else:
-            usage_missing += stream and re.search(rb'"usage":\s*\{', data) is None
-            latencies.append(elapsed * 1000)
-
-    async def worker() -> None:
-        for _ in todo:
-            try:
-                await one()
-            except httpx.HTTPError as exc:
-                errors[f"{type(exc).__name__}: {exc}"] += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    wall = time.perf_counter() - started
-    return {"latencies": latencies, "errors": errors, "wall": wall, "usage_missing": usage_missing}
-
-
-async def _client_loop() -> None:
-    """One JSON spec per line on stdin: warm up, print `ready`, wait for a line, run, print the result as JSON."""
-    import httpx
-
-    loop = asyncio.get_running_loop()
-    while line := await loop.run_in_executor(None, sys.stdin.readline):
-        spec = json.loads(line)
-        c, body = spec["concurrency"], spec["body"].encode()
-        headers = {"authorization": f"Bearer {spec['key']}", "content-type": "application/json"}
-        limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
-        url = spec["url"].rstrip("/") + "/"
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120, trust_env=False) as client:
-            warm = await _drive(client, headers, body, spec["stream"], WARMUP, c)
-            print(json.dumps({"ready": True, "errors": warm["errors"]}), flush=True)
-            await loop.run_in_executor(None, sys.stdin.readline)
-            result = await _drive(client, headers, body, spec["stream"], spec["requests"], c)
-            print(json.dumps(result), flush=True)
-
-
-class Client:
-    """The parent's handle on the client process; `run` measures one target in one configuration."""
-
-    def __init__(self, procs: Processes) -> None:
-        argv = [sys.executable, "-m", "benchmarks.gateway", "--client"]
-        self.procs = procs
-        self.proc = procs.start("client", argv, env=_env(), pipe_in=True, pipe_out=True)
-
-    def _say(self, text: str) -> dict:
-        self.proc.stdin.write(text + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SetupError(f"the client process exited; {self.procs.tail('client')}")
-        return json.loads(line)
-
-    def run(self, target: Target, stream: bool, concurrency: int, requests: int, settle_s: float) -> Run:
-        spec = {"url": target.url, "key": target.key, "body": _body(stream), "stream": stream}
-        warm = self._say(json.dumps(spec | {"concurrency": concurrency, "requests": requests}))
-        if warm["errors"]:
-            log(f"  {target.name}: warm-up errors {warm['errors']}")
-        time.sleep(settle_s)
-        cpu0 = tree_cpu_s(target.pid)
-        result = self._say("go")
-        time.sleep(settle_s)
-        cpu = tree_cpu_s(target.pid) - cpu0
-        lat = result["latencies"] or [float("nan")]
-        cuts = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
-        p50, p95 = cuts[49], cuts[94]
-        rps = requests / result["wall"]
-        return Run(rps, p50, p95, cpu * 1000 / requests, result["errors"], result["usage_missing"])
-
-
-# --- the schedule and the report -----------------------------------------------------------------------------------
 
 
 def _label(stream: bool, c: int) -> str:
@@ -409,14 +157,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.client:
-        asyncio.run(_client_loop())
+        asyncio.run(client_loop())
         return 0
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM cleans up as Ctrl-C does
     procs, targets, notes = Processes(cwd=ROOT, log_dir=LOG_DIR), {}, []
     with contextlib.ExitStack() as cleanup:
         workdir = Path(tempfile.mkdtemp(prefix="gryvia-bench-gw-"))
         cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
-        cleanup.callback(_stop_all, procs)
+        cleanup.callback(stop_all, procs)
         try:
             upstream = start_upstream(procs)
             upstream_pid = procs.procs[-1][1].pid
