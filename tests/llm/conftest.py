@@ -8,7 +8,8 @@ import openai
 import pytest
 
 from apps.llm.gateway.meter import meter
-from benchmarks.upstream import ANY_MODEL, Upstream
+from benchmarks.upstream import Upstream
+from benchmarks.upstream_replies import ANY_MODEL
 from tests.factories import make_key, make_tenant
 
 from .gateway_env import ServerThread, clear_counters

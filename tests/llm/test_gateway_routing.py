@@ -15,7 +15,8 @@ from django.db import connection
 
 from apps.llm import services as llm_services
 from apps.llm.models import InferenceService, ServicePhase
-from benchmarks.upstream import ANY_MODEL, Upstream
+from benchmarks.upstream import Upstream
+from benchmarks.upstream_replies import ANY_MODEL
 from tests.factories import ACTOR, make_key
 
 from .gateway_env import external, free_port, metered

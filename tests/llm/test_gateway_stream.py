@@ -10,7 +10,7 @@ import httpx
 from apps.llm import services as llm_services
 from apps.llm.gateway.quota import day_key
 from apps.llm.models import InferenceService, ServicePhase
-from benchmarks.upstream import prompt_tokens
+from benchmarks.upstream_replies import prompt_tokens
 from tests.factories import ACTOR, make_key, make_tenant
 
 from .gateway_env import Counter, external, metered, wait_for

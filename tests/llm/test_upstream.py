@@ -15,7 +15,8 @@ import httpx
 import openai
 import pytest
 
-from benchmarks.upstream import DEFAULT_MODELS, Upstream, prompt_tokens
+from benchmarks.upstream import Upstream
+from benchmarks.upstream_replies import DEFAULT_MODELS, prompt_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT, EMBED = DEFAULT_MODELS
