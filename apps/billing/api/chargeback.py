@@ -10,19 +10,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, viewsets
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from apps.core.api.errors import service_errors
+from apps.core.api.exports import CsvExportMixin
 from apps.core.api.viewsets import ScopedViewMixin
-from apps.llm.api.usage import UsageCsvRenderer
 
 from .. import chargeback
 from .invoice_serializers import ChargebackQuerySerializer, ChargebackReportSerializer, CostCenterSerializer
@@ -108,11 +105,10 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-class ChargebackView(_PlatformOnly, APIView):
+class ChargebackView(CsvExportMixin, _PlatformOnly, APIView):
     """Per cost center: its tenants' invoiced amounts in the period, the platform overhead, and the total."""
 
     http_method_names = ["get", "head", "options"]
-    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
 
     @extend_schema(
         operation_id="chargeback_retrieve",
@@ -138,20 +134,7 @@ class ChargebackView(_PlatformOnly, APIView):
         with service_errors():
             report = chargeback.chargeback_report(start=params["start"], end=params["end"], source=params["source"])
         data = ChargebackReportSerializer(report).data
-        if isinstance(request.accepted_renderer, UsageCsvRenderer):
-            response = Response({"columns": list(CSV_COLUMNS), "rows": report_rows(data)})
+        if self.wants_csv(request):
             name = f"chargeback-{params['start']:%Y%m%d}-{params['end'] - dt.timedelta(seconds=1):%Y%m%d}"
-            response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
-            return response
+            return self.csv_response(CSV_COLUMNS, report_rows(data), f"{name}.csv")
         return Response(data)
-
-    def perform_content_negotiation(self, request: Request, force: bool = False):
-        try:
-            return super().perform_content_negotiation(request, force=force)
-        except Http404 as exc:
-            raise exceptions.ValidationError({"format": ["must be json or csv"]}) from exc
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(getattr(self.request, "accepted_renderer", None), UsageCsvRenderer):
-            self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
-        return super().handle_exception(exc)

@@ -14,8 +14,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.api.fields import InstantField as _InstantField
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
-from apps.llm.api.usage import InstantField as _InstantField
 
 from .. import chargeback
 from ..invoicing import money_text

@@ -12,20 +12,20 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status
 from rest_framework.decorators import action
-from rest_framework.renderers import JSONRenderer, TemplateHTMLRenderer
+from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from apps.core.api.errors import service_errors
+from apps.core.api.exports import CsvExportMixin, CsvRenderer
 from apps.core.api.viewsets import TenantScopedViewSet
 from apps.core.scoping import ALL_TENANTS
-from apps.llm.api.usage import UsageCsvRenderer
 
 from .. import invoicing, stripe_sync
 from ..models import Invoice, InvoiceState
@@ -81,7 +81,9 @@ def _filename(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
-class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet):
+class InvoiceViewSet(
+    CsvExportMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+):
     """Invoices of the caller's tenant(s), newest period first. Finalized ones never change; void them."""
 
     model = Invoice
@@ -91,6 +93,9 @@ class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.De
     lookup_value_regex = "[0-9]+"
     http_method_names = ["get", "post", "delete", "head", "options"]
     ordering = ("-period_start", "-id")
+    renderer_classes = api_settings.DEFAULT_RENDERER_CLASSES  # CSV for retrieve and estimate only: get_renderers
+    # Errors keep the JSON envelope, also when CSV or the HTML page was asked for.
+    json_error_renderers = (CsvRenderer, TemplateHTMLRenderer)
 
     def scope_queryset(self, queryset):
         queryset = invoicing.invoices_readable(queryset, principal=self.principal)
@@ -110,25 +115,11 @@ class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.De
     def get_renderers(self):
         renderers = super().get_renderers()
         if self.action in ("retrieve", "estimate"):
-            renderers.append(UsageCsvRenderer())
+            renderers.append(CsvRenderer())
         return renderers
 
-    def perform_content_negotiation(self, request: Request, force: bool = False):
-        try:
-            return super().perform_content_negotiation(request, force=force)
-        except Http404 as exc:  # DRF answers an unknown ?format= with 404
-            raise exceptions.ValidationError({"format": ["must be json or csv"]}) from exc
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # Errors keep the JSON envelope, also when CSV or the HTML page was asked for.
-        if isinstance(getattr(self.request, "accepted_renderer", None), UsageCsvRenderer | TemplateHTMLRenderer):
-            self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
-        return super().handle_exception(exc)
-
     def _csv(self, rows: list[dict], name: str) -> Response:
-        response = Response({"columns": list(CSV_COLUMNS), "rows": rows})
-        response["Content-Disposition"] = f'attachment; filename="{_filename(name)}.csv"'
-        return response
+        return self.csv_response(CSV_COLUMNS, rows, f"{_filename(name)}.csv")
 
     @extend_schema(
         parameters=[
@@ -147,7 +138,7 @@ class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.De
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         invoice = self.get_object()
         data = InvoiceSerializer(invoice).data
-        if isinstance(request.accepted_renderer, UsageCsvRenderer):
+        if self.wants_csv(request):
             label = invoice.number or f"draft-{invoice.pk}"
             rows = csv_rows(
                 label=label,
@@ -251,7 +242,7 @@ class InvoiceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.De
         with service_errors():
             estimate = invoicing.invoice_estimate(tenant=tenant, start=start, end=end)
         data = EstimateSerializer(estimate).data
-        if isinstance(request.accepted_renderer, UsageCsvRenderer):
+        if self.wants_csv(request):
             rows = csv_rows(label="estimate", tenant=tenant.slug, start=start, end=end, document=data)
             return self._csv(rows, f"estimate-{tenant.slug}-{start:%Y%m%d}-{end:%Y%m%d}")
         return Response(data)

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, serializers, viewsets
 from rest_framework.permissions import SAFE_METHODS
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from apps.core.api.errors import service_errors
+from apps.core.api.exports import CsvExportMixin
+from apps.core.api.fields import InstantField
 from apps.core.api.viewsets import ScopedViewMixin
-from apps.llm.api.usage import InstantField, UsageCsvRenderer
 
 from .. import selectors, services
 from ..models import GpuSku, UsageKind
@@ -114,13 +112,11 @@ _PARAMETERS = [
 ]
 
 
-class UsageView(ScopedViewMixin, APIView):
+class UsageView(CsvExportMixin, ScopedViewMixin, APIView):
     """Priced usage (GPU and CPU runs, tokens, external events) of the caller's tenant(s), summed per group."""
 
     scope_family = "billing"
     http_method_names = ["get", "head", "options"]
-    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
-    pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
 
     @extend_schema(
         operation_id="usage_retrieve",
@@ -144,36 +140,10 @@ class UsageView(ScopedViewMixin, APIView):
                 job=params.get("job"),
                 kind=params.get("kind"),
             )
-        if isinstance(request.accepted_renderer, UsageCsvRenderer):
+        if self.wants_csv(request):
             columns = [*report.group_by, *selectors.USAGE_METRICS]
-            response = Response({"columns": columns, "rows": BillingUsageRowSerializer(report.rows, many=True).data})
-            response["Content-Disposition"] = 'attachment; filename="usage.csv"'
-            return response
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(report.rows, request, view=self)
-        body = {
-            "start": report.start,
-            "end": report.end,
-            "group_by": list(report.group_by),
-            "count": paginator.count,
-            "next": paginator.get_next_link(),
-            "previous": paginator.get_previous_link(),
-            "results": page,
-            "totals": report.totals,
-        }
-        return Response(BillingUsageReportSerializer(body).data)
-
-    def perform_content_negotiation(self, request: Request, force: bool = False):
-        try:
-            return super().perform_content_negotiation(request, force=force)
-        except Http404 as exc:  # DRF answers an unknown ?format= with 404
-            raise exceptions.ValidationError({"format": ["must be json or csv"]}) from exc
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # Errors keep the JSON envelope, also when CSV was asked for.
-        if isinstance(getattr(self.request, "accepted_renderer", None), UsageCsvRenderer):
-            self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
-        return super().handle_exception(exc)
+            return self.csv_response(columns, BillingUsageRowSerializer(report.rows, many=True).data, "usage.csv")
+        return Response(BillingUsageReportSerializer(self.report_page(request, report)).data)
 
 
 class UsageEventsView(ScopedViewMixin, APIView):

@@ -7,78 +7,22 @@ narrows to one). Usage is read from the hourly roll-ups, so an hour is the fines
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
-from typing import Any
 
-from django.http import Http404
-from django.utils import dateparse, timezone
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from apps.core.api.errors import service_errors
+from apps.core.api.exports import CsvExportMixin
+from apps.core.api.fields import InstantField
 from apps.core.api.viewsets import ScopedViewMixin
 
 from .. import selectors
-
-_DAY = dt.timedelta(days=1)
-
-
-class UsageCsvRenderer(BaseRenderer):
-    """`text/csv`: a header row, then one line per row. The data is `{"columns": [...], "rows": [{...}]}`."""
-
-    media_type = "text/csv"
-    format = "csv"
-    charset = "utf-8"
-
-    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=data["columns"], lineterminator="\r\n")
-        writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in row.items()} for row in data["rows"])
-        return out.getvalue().encode(self.charset)
-
-
-def _cell(value: Any) -> Any:
-    # A model name is chosen by the caller of the gateway: keep a spreadsheet from reading it as a formula.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-class InstantField(serializers.Field):
-    """An ISO 8601 date or datetime, in UTC unless it carries an offset. A date is its UTC midnight; with
-    `end_of_day`, the midnight after it (so `end=2025-01-31` includes that day)."""
-
-    default_error_messages = {"invalid": "not an ISO 8601 date or datetime (e.g. 2025-01-31 or 2025-01-31T12:00Z)"}
-
-    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
-        self.end_of_day = end_of_day
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> dt.datetime:
-        text = str(data).strip()
-        try:
-            day = dateparse.parse_date(text)
-            moment = None if day else dateparse.parse_datetime(text)
-        except ValueError:  # well formed but impossible, e.g. 2025-02-30
-            self.fail("invalid")
-        if day is not None:
-            midnight = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-            return midnight + _DAY if self.end_of_day else midnight
-        if moment is None:
-            self.fail("invalid")
-        return moment.replace(tzinfo=dt.UTC) if timezone.is_naive(moment) else moment.astimezone(dt.UTC)
-
-    def to_representation(self, value: dt.datetime) -> str:
-        return value.isoformat()
 
 
 class UsageQuerySerializer(serializers.Serializer):
@@ -159,13 +103,11 @@ _PARAMETERS = [
 ]
 
 
-class LlmUsageView(ScopedViewMixin, APIView):
+class LlmUsageView(CsvExportMixin, ScopedViewMixin, APIView):
     """LLM gateway usage of the caller's tenant(s): requests, errors and tokens per group, and their totals."""
 
     scope_family = "models"
     http_method_names = ["get", "head", "options"]
-    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
-    pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
 
     @extend_schema(
         operation_id="usage_llm_retrieve",
@@ -190,33 +132,7 @@ class LlmUsageView(ScopedViewMixin, APIView):
                 key_id=params.get("key"),
                 tenant_slug=params.get("tenant"),
             )
-        if isinstance(request.accepted_renderer, UsageCsvRenderer):
+        if self.wants_csv(request):
             columns = [*report.group_by, *selectors.USAGE_METRICS]
-            response = Response({"columns": columns, "rows": UsageRowSerializer(report.rows, many=True).data})
-            response["Content-Disposition"] = 'attachment; filename="llm-usage.csv"'
-            return response
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(report.rows, request, view=self)
-        body = {
-            "start": report.start,
-            "end": report.end,
-            "group_by": list(report.group_by),
-            "count": paginator.count,
-            "next": paginator.get_next_link(),
-            "previous": paginator.get_previous_link(),
-            "results": page,
-            "totals": report.totals,
-        }
-        return Response(UsageReportSerializer(body).data)
-
-    def perform_content_negotiation(self, request: Request, force: bool = False):
-        try:
-            return super().perform_content_negotiation(request, force=force)
-        except Http404 as exc:  # DRF answers an unknown ?format= with 404
-            raise exceptions.ValidationError({"format": ["must be json or csv"]}) from exc
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # Errors keep the JSON envelope, also when CSV was asked for.
-        if isinstance(getattr(self.request, "accepted_renderer", None), UsageCsvRenderer):
-            self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
-        return super().handle_exception(exc)
+            return self.csv_response(columns, UsageRowSerializer(report.rows, many=True).data, "llm-usage.csv")
+        return Response(UsageReportSerializer(self.report_page(request, report)).data)
