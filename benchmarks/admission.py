@@ -13,6 +13,8 @@ Succeeded written by `observe`), unchanged production code, against benchmarks.s
 simulated clock stands still after a cycle that freed quota its own admission could not use yet (preemption
 victims requeued or still stopping: the next pass admits at the same instant, as the reconciler's nudge makes it)
 and otherwise jumps to the next workload completion. A pass that sees jobs finish admits into their quota itself.
+The control plane's clock (`django.utils.timezone.now`) is the simulated one, so the cluster's timestamps and
+Gryvia's own agree: finished jobs are collected (TTL 0) by the pass that sees them finish, as on a real cluster.
 
 Each size runs in a child process with a fresh database: PostgreSQL database `gryvia_bench` (created, migrated with
 `call_command("migrate")` and dropped here), or SQLite in a temporary data dir with `--db sqlite`. REDIS_URL is unset
@@ -282,6 +284,7 @@ def _child(args: argparse.Namespace) -> int:
     from django.core.management import call_command
     from django.db import connection
     from django.db.models import Count
+    from django.utils import timezone
 
     from apps.jobs.choices import TERMINAL_PHASES, JobPhase
     from apps.jobs.models import Job
@@ -301,6 +304,11 @@ def _child(args: argparse.Namespace) -> int:
             return RUNTIME_BY_GPUS[int(container["resources"]["limits"]["nvidia.com/gpu"])]
 
         cluster = SimulatedCluster(gpus=CAPACITY, runtime_of=runtime_of)
+        # One clock for both sides: the control plane's `timezone.now()` is the simulated one, so the times the
+        # cluster stamps (startTime, completionTime) and those Gryvia compares them with (TTL collection, usage
+        # records) agree, as they do on a real cluster. On wall time the simulated clock runs ahead of it early on,
+        # and finished jobs would wait, uncollected, for wall time to catch up with their completion times.
+        timezone.now = cluster.clock
         reconciler = JobReconciler(cluster, max_per_pass=10**9, budget_s=1e9)
         queries = _Queries(by_table=bool(args.profile))
         # CPU time, like the figure it explains (waits on the database server are not counted).
@@ -358,6 +366,9 @@ def _child(args: argparse.Namespace) -> int:
                 failed = True
                 break
         admitted = cluster.jobs_started
+        # Finished jobs ask to be collected at once (ttlSecondsAfterFinished 0): the pass that sees one finish
+        # deletes its objects and finalizes it, so none may be left when the last one has finished.
+        uncollected = Job.all_tenants.filter(phase__in=TERMINAL_PHASES, finalized=False).count()
         line = (
             f"jobs={size} db={connection.vendor} admissions/s={admitted / sum(walls):.1f} "
             f"cpu_ms_per_admission={cpu * 1000 / max(admitted, 1):.2f} "
@@ -372,6 +383,7 @@ def _child(args: argparse.Namespace) -> int:
                 f"{admitted}_admitted,{finished}/{total}_finished"
             )
         print(line, flush=True)
+        log(f"[{size}] finished jobs left uncollected: {uncollected}")
         log(f"[{size}] CPU inside SQL execute (psycopg, client side): {queries.cpu:.2f} s of {cpu:.2f} s")
         log(
             f"[{size}] {len(walls)} cycles, {sum(walls):.1f} s in cycles, queries per cycle "

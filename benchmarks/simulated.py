@@ -97,6 +97,10 @@ class SimulatedCluster:
     def timestamp(self, sim_s: float) -> str:
         return (self.epoch + dt.timedelta(seconds=sim_s)).isoformat()
 
+    def clock(self) -> dt.datetime:
+        """The simulated now as an aware datetime: what the benchmark gives the control plane as its clock."""
+        return self.epoch + dt.timedelta(seconds=self.now)
+
     def next_finish(self) -> float | None:
         """The simulated time at which the next running Job completes (None: none runs)."""
         while self._finishes:

@@ -29,3 +29,5 @@ def test_the_admission_benchmark_prints_its_line(tmp_path):
         r"cycle_p99_ms=[0-9.]+ queries_per_cycle=\d+ sim_makespan_s=[0-9.]+"
     )
     assert re.fullmatch(pattern, line), line
+    # The control plane runs on the simulated clock: each finished job is collected by the pass that sees it finish.
+    assert "[150] finished jobs left uncollected: 0\n" in result.stderr, result.stderr[-3000:]
