@@ -8,4 +8,10 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         # drf-spectacular finds its extensions by import (its documented way to register them).
+        from django.db.backends.signals import connection_created
+
+        from . import pgtime
         from .api import schema  # noqa: F401
+
+        # Timestamps parsed by psycopg's C loader rather than Django's pure-Python one (apps.core.pgtime).
+        connection_created.connect(pgtime.install, dispatch_uid="gryvia-fast-timestamptz")
