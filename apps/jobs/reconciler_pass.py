@@ -100,8 +100,9 @@ class PassMixin:
         chunks = [Q(pk__in=wanted[start : start + 500]) for start in range(0, len(wanted), 500)] or [Q(pk__in=[])]
         if native:
             chunks[0] |= waiting
+        tenants: dict[int, Any] = {}
         for chunk in chunks:
-            jobs = list(selectors.jobs_to_reconcile().filter(chunk))
+            jobs = selectors.jobs_to_reconcile(chunk, tenants)
             self.candidate_keys.update(str(job.uid) for job in jobs)
             self._issue_tokens(jobs)
             yield from jobs

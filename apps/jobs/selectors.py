@@ -7,6 +7,7 @@ from django.db.models.functions import Coalesce
 
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
+from apps.tenants.models import Tenant
 
 from .choices import WAITING_PHASES, JobPhase
 from .models import Job
@@ -18,8 +19,17 @@ def gpus_in_use() -> int:
     return int(used["n"] or 0)
 
 
-def jobs_to_reconcile() -> QuerySet[Job]:
-    return Job.all_tenants.filter(finalized=False).select_related("tenant").order_by("pk")
+def jobs_to_reconcile(where: Q, tenants: dict[int, Tenant]) -> list[Job]:
+    """The unfinalized jobs matching `where`, in pk order, each with its tenant attached from `tenants` (tenant id ->
+    Tenant; the ones missing are read and added). A pass sees thousands of jobs of tens of tenants: one Tenant per
+    tenant, read once per pass, not one per job row as `select_related` would build."""
+    jobs = list(Job.all_tenants.filter(where, finalized=False).order_by("pk"))
+    missing = {job.tenant_id for job in jobs} - tenants.keys()
+    if missing:
+        tenants.update(Tenant.objects.in_bulk(missing))
+    for job in jobs:
+        Job.tenant.field.set_cached_value(job, tenants[job.tenant_id])
+    return jobs
 
 
 def job_visible(*, principal: Principal, object_id: str) -> bool:
