@@ -67,25 +67,47 @@ def entry_hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(hash_input(fields)).hexdigest()
 
 
-def _lock_head(tenant_id: int) -> LedgerHead:
-    """Take the tenant's head row lock and read it, in one statement: an upsert that writes the row to itself (a
-    row lock on PostgreSQL, the write lock on SQLite), creating it at sequence 0 the first time."""
+def _lock_heads(tenant_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
+    """Take the tenants' head row locks and read them (tenant id -> (sequence, hash)), in one statement: an upsert
+    that writes each row to itself (row locks on PostgreSQL, the write lock on SQLite), creating it at sequence 0 the
+    first time. Rows are locked in the order given: callers pass ascending ids, so two appenders never deadlock."""
     quote = connection.ops.quote_name
     table = quote(LedgerHead._meta.db_table)
+    values = ", ".join(["(%s, 0, '')"] * len(tenant_ids))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES (%s, 0, '') "
-            f"ON CONFLICT (tenant_id) DO UPDATE SET sequence = {table}.sequence RETURNING sequence, hash",
-            [tenant_id],
+            f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES {values} "
+            f"ON CONFLICT (tenant_id) DO UPDATE SET sequence = {table}.sequence RETURNING tenant_id, sequence, hash",
+            list(tenant_ids),
         )
-        sequence, hash_ = cursor.fetchone()
-    return LedgerHead(tenant_id=tenant_id, sequence=sequence, hash=hash_)
+        return {tenant_id: (sequence, hash_) for tenant_id, sequence, hash_ in cursor.fetchall()}
+
+
+def _move_heads(heads: dict[int, tuple[int, str]]) -> None:
+    """Set the locked heads to their new (sequence, hash), in one statement."""
+    if len(heads) == 1:
+        [(tenant_id, (sequence, hash_))] = heads.items()
+        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=hash_)
+        return
+    quote = connection.ops.quote_name
+    table = quote(LedgerHead._meta.db_table)
+    cast = "::bigint" if connection.vendor == "postgresql" else ""
+    values = ", ".join([f"(%s{cast}, %s{cast}, %s)"] * len(heads))
+    params = [v for tenant_id, (sequence, hash_) in heads.items() for v in (tenant_id, sequence, hash_)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH moved (tenant_id, sequence, hash) AS (VALUES {values}) "
+            f"UPDATE {table} SET sequence = moved.sequence, hash = moved.hash FROM moved "
+            f"WHERE {table}.tenant_id = moved.tenant_id",
+            params,
+        )
 
 
 def head_lock(*, tenant_id: int) -> LedgerHead:
     """Lock the tenant's chain head until the caller's transaction ends (no append can happen meanwhile) and read
     it. Finalizing an invoice holds it, so what it checked is what it bills."""
-    return _lock_head(tenant_id)
+    sequence, hash_ = _lock_heads([tenant_id])[tenant_id]
+    return LedgerHead(tenant_id=tenant_id, sequence=sequence, hash=hash_)
 
 
 @dataclass
@@ -131,58 +153,66 @@ _ENTRY_COLUMNS = ("tenant_id", "tenant_slug", *CANONICAL_FIELDS[1:], "hash_versi
 
 def append(records: Iterable[Sealable], *, now: dt.datetime | None = None) -> int:
     """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written."""
-    now = now or timezone.now()
     by_tenant: dict[int, tuple[str, list[tuple]]] = {}
     for r in records:
         entry = (r.name, r.uid, r.kind, r.job, r.sku, r.start, r.end, r.gpu_hours, r.rate, r.cost, r.currency)
         by_tenant.setdefault(r.tenant_id, (r.tenant_slug, []))[1].append(entry)
-    written = 0
-    for tenant_id in sorted(by_tenant):  # a fixed order: two appenders never wait on each other's heads
-        slug, entries = by_tenant[tenant_id]
-        written += seal(tenant_id=tenant_id, tenant_slug=slug, entries=entries, now=now)
-    return written
+    return _seal({tenant_id: by_tenant[tenant_id] for tenant_id in sorted(by_tenant)}, now)
 
 
 def seal(*, tenant_id: int, tenant_slug: str, entries: Iterable[Sequence[Any]], now: dt.datetime | None = None) -> int:
     """Seal one tenant's final records, given as tuples (name, uid, kind, job, sku, start, end, gpu_hours, rate,
-    cost, currency), into its chain, in the caller's transaction. Returns the entries written.
+    cost, currency), into its chain, in the caller's transaction. Returns the entries written."""
+    return _seal({tenant_id: (tenant_slug, entries)}, now)
 
-    Lock the head, number the entries after it, hash each over its predecessor, insert them in one statement
-    (COPY on PostgreSQL) and move the head. `record_uid` is unique, so sealing a record twice fails instead of
-    forking. Entries are built as plain tuples in one pass: this runs for every ingested event.
+
+def _seal(by_tenant: dict[int, tuple[str, Iterable[Sequence[Any]]]], now: dt.datetime | None) -> int:
+    """Seal the entries of each tenant (tenant id -> (slug, entry tuples), ids ascending) in three statements for
+    all of them together: lock and read the heads, insert every entry (COPY on PostgreSQL), move the heads.
+
+    Each tenant's entries are numbered after its head and hashed each over its predecessor. `record_uid` is unique,
+    so sealing a record twice fails instead of forking. Entries are built as plain tuples in one pass: this runs
+    for every ingested event.
     """
+    if not by_tenant:
+        return 0
     recorded_at = rfc3339(now or timezone.now())
-    namespace = f"tenant-{tenant_slug}"
     sha256 = hashlib.sha256
-    head = _lock_head(tenant_id)
-    sequence, prev = head.sequence, head.hash
+    heads = _lock_heads(list(by_tenant))
     rows = []
-    for name, uid, kind, job, sku, start, end, gpu_hours, rate, cost, currency in entries:
-        sequence += 1
-        # The v1 layout: CANONICAL_FIELDS in order, each as the string that is hashed and stored.
-        hashed = (
-            tenant_slug,
-            str(sequence),
-            prev,
-            namespace,
-            str(name),
-            str(uid),
-            str(kind),
-            str(job),
-            str(sku),
-            rfc3339(start),
-            rfc3339(end),
-            decimal6(gpu_hours),
-            decimal6(rate),
-            decimal6(cost),
-            str(currency),
-            recorded_at,
-        )
-        prev = sha256("\n".join((HASH_VERSION, *hashed)).encode("utf-8")).hexdigest()
-        rows.append((tenant_id, tenant_slug, sequence, *hashed[2:], HASH_VERSION, prev))
+    moved: dict[int, tuple[int, str]] = {}
+    for tenant_id, (tenant_slug, entries) in by_tenant.items():
+        namespace = f"tenant-{tenant_slug}"
+        sequence, prev = heads[tenant_id]
+        first = len(rows)
+        for name, uid, kind, job, sku, start, end, gpu_hours, rate, cost, currency in entries:
+            sequence += 1
+            # The v1 layout: CANONICAL_FIELDS in order, each as the string that is hashed and stored.
+            hashed = (
+                tenant_slug,
+                str(sequence),
+                prev,
+                namespace,
+                str(name),
+                str(uid),
+                str(kind),
+                str(job),
+                str(sku),
+                rfc3339(start),
+                rfc3339(end),
+                decimal6(gpu_hours),
+                decimal6(rate),
+                decimal6(cost),
+                str(currency),
+                recorded_at,
+            )
+            prev = sha256("\n".join((HASH_VERSION, *hashed)).encode("utf-8")).hexdigest()
+            rows.append((tenant_id, tenant_slug, sequence, *hashed[2:], HASH_VERSION, prev))
+        if len(rows) > first:
+            moved[tenant_id] = (sequence, prev)
     if rows:
         copy_insert_rows(LedgerEntry, _ENTRY_COLUMNS, rows)
-        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=prev)
+        _move_heads(moved)
     return len(rows)
 
 

@@ -89,6 +89,21 @@ def test_a_chain_verifies_and_links_each_entry_to_the_one_before(clean_ledger, t
     assert ledger.verify(tenant_id=tenant_b.pk, tenant_slug=tenant_b.slug).entries == 1  # its own chain
 
 
+def test_one_append_seals_several_tenants_chains_together(clean_ledger, tenant_a, tenant_b):
+    """Records of several tenants in one call (a reconciler pass's): one head lock, one insert and one head move for
+    all of them, and each tenant's chain continues from its own head."""
+    _append(tenant_b, 1)
+    with transaction.atomic():
+        later = T0 + dt.timedelta(days=28)
+        ledger.append([_sealable(tenant_a, 2), _sealable(tenant_b, 3), _sealable(tenant_a, 4)], now=later)
+    heads = {head.tenant_id: head for head in LedgerHead.objects.filter(tenant__in=[tenant_a, tenant_b])}
+    for tenant, uids in ((tenant_a, [2, 4]), (tenant_b, [1, 3])):
+        entries = list(LedgerEntry.all_tenants.filter(tenant=tenant).order_by("sequence"))
+        assert [e.sequence for e in entries] == [1, 2] and [int(e.record_uid[-12:]) for e in entries] == uids
+        result = ledger.verify(tenant_id=tenant.pk, tenant_slug=tenant.slug)
+        assert result.valid and (heads[tenant.pk].sequence, heads[tenant.pk].hash) == (2, entries[-1].hash)
+
+
 def test_sealing_the_same_record_twice_fails_instead_of_forking(clean_ledger, tenant_a):
     _append(tenant_a, 1)
     with pytest.raises(IntegrityError):
