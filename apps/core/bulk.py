@@ -16,7 +16,6 @@ through Django's execute wrappers and query log, so whatever counts queries coun
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
@@ -25,6 +24,8 @@ from typing import Any
 from django.db import connection, models
 from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
+
+from . import fastjson
 
 # Field types whose Python values are already what the database driver takes: no get_db_prep_value call per value.
 _PLAIN = frozenset(
@@ -146,7 +147,7 @@ def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping
         for flag in flags:
             record.setdefault(flag, False)
     terms, extra = _exclusions(meta, exclude, lambda field: f"{table}.{quote(field.column)}")
-    data = json.dumps(records, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+    data = fastjson.compact(records, _json_default)
     sql = (
         f"UPDATE {table} SET {', '.join(sets)} FROM json_to_recordset(%s::json) AS v({', '.join(columns)}) "
         f"WHERE {' AND '.join(wheres + terms)} RETURNING {table}.{quote(meta.pk.column)}"

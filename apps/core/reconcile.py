@@ -13,7 +13,6 @@ No database transaction is held across a cluster call.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +29,7 @@ from apps.cluster.backends.base import (
     object_key,
 )
 
+from . import fastjson
 from .locks import try_advisory_lock
 from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
 
@@ -52,8 +52,7 @@ class ReconcileStats:
 
 
 def spec_hash(manifest: dict[str, Any]) -> str:
-    body = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
+    return hashlib.sha256(fastjson.canonical(manifest)).hexdigest()[:16]
 
 
 def with_spec_hash(manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
