@@ -15,11 +15,12 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db.models import Case, Count, F, Sum, When, Window
+from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 
 from apps.billing import selectors as billing
+from apps.core.prepared import PreparedRead
 from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
@@ -95,12 +96,10 @@ class WaitingHeads(NamedTuple):
 _BUDGET_FIELDS = ("timeout_s", "budget_released_at")
 
 
-def waiting_heads(per_queue: int) -> WaitingHeads:
-    """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
-    only what a cycle changes gets written), and how many wait in each queue: one query."""
+def _waiting_heads_query(per_queue: int) -> QuerySet:
     fields = ("id", "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt")
     partition = [F("tenant_id"), F("queue_name")]
-    rows = (
+    return (
         Job.all_tenants.filter(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
         .annotate(
             rank=Window(RowNumber(), partition_by=partition, order_by=QUEUE_ORDER),
@@ -110,6 +109,18 @@ def waiting_heads(per_queue: int) -> WaitingHeads:
         .filter(rank__lte=per_queue)
         .values_list(*fields, "phase", "reason", "message", "rank", "waiting", "pending", *_BUDGET_FIELDS)
     )
+
+
+_WAITING_HEADS: dict[int, PreparedRead] = {}  # per_queue -> its read
+
+
+def waiting_heads(per_queue: int) -> WaitingHeads:
+    """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
+    only what a cycle changes gets written), and how many wait in each queue: one query."""
+    read = _WAITING_HEADS.get(per_queue)
+    if read is None:
+        read = _WAITING_HEADS.setdefault(per_queue, PreparedRead(lambda: _waiting_heads_query(per_queue)))
+    rows = read.rows()
     demands, status, counts, pending = [], {}, {}, 0
     for (
         pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p,
@@ -156,20 +167,26 @@ class Active(NamedTuple):
     ttl: Any  # spec.ttlSecondsAfterFinished (None: the default)
 
 
-def active() -> list[Active]:
-    """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
-    and the reconciler (which jobs changed)."""
+def _active_query() -> QuerySet:
     fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "start_time")
     more = ("phase", "generation", "observed_generation", "cancel_requested_at", "timeout_s", "completion_time")
-    rows = (
+    return (
         Job.all_tenants.filter(finalized=False)
         .exclude(phase__in=WAITING_PHASES)
         .values_list("uid", *fields, "updated_at", *more)
         .annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
     )
+
+
+_ACTIVE = PreparedRead(_active_query)
+
+
+def active() -> list[Active]:
+    """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
+    and the reconciler (which jobs changed)."""
     return [
         Active(pk, str(uid), tenant, queue, request, borrowing, priority, start or updated, *rest)
-        for uid, pk, tenant, queue, request, borrowing, priority, start, updated, *rest in rows
+        for uid, pk, tenant, queue, request, borrowing, priority, start, updated, *rest in _ACTIVE.rows()
     ]
 
 
@@ -196,10 +213,20 @@ def _limits(vector: dict[str, float]) -> dict[str, int | None]:
     return {k: (None if math.isinf(v) else int(v)) for k, v in vector.items()}
 
 
+_QUEUES = PreparedRead(
+    lambda: queueing.all_queues().values_list("tenant_id", "name", "cohort__name", "weight", "quotas")
+)
+_CEILINGS = PreparedRead(
+    lambda: Tenant.objects.filter(archived_at__isnull=True).values_list(
+        "pk", "max_gpus", "gpu_type_ceilings", "max_cpu", "max_memory"
+    )
+)
+
+
 def queue_quotas() -> list[QueueQuota]:
     out = []
-    rows = queueing.all_queues().values_list("tenant_id", "name", "cohort__name", "weight", "quotas")
-    for tenant_id, name, cohort, weight, quotas in rows:  # plain rows: a cycle builds no Queue or Cohort models
+    # Plain rows: a cycle builds no Queue or Cohort models.
+    for tenant_id, name, cohort, weight, quotas in _QUEUES.rows():
         vector = queueing.quota_vector(quotas)
         out.append(
             QueueQuota(
@@ -217,10 +244,7 @@ def queue_quotas() -> list[QueueQuota]:
 
 def tenant_ceilings() -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = {}
-    rows = Tenant.objects.filter(archived_at__isnull=True).values_list(
-        "pk", "max_gpus", "gpu_type_ceilings", "max_cpu", "max_memory"
-    )
-    for pk, max_gpus, gpu_type_ceilings, max_cpu, max_memory in rows:
+    for pk, max_gpus, gpu_type_ceilings, max_cpu, max_memory in _CEILINGS.rows():
         ceiling: dict[str, int] = {}
         if max_gpus is not None:
             ceiling[GPU] = max_gpus
