@@ -21,6 +21,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from apps.core.bulk import bulk_set, copy_insert_rows
+from apps.core.prepared import Arg, PreparedRead
 
 from . import ledger, pricing
 from .budgets import budgets_nudge
@@ -77,8 +78,31 @@ class OpenRun:
 
 def open_runs(condition: Q) -> list[OpenRun]:
     """The open records matching `condition`, with their tenant's slug and their SKU's rates, in one query."""
+    return _open_runs_of(UsageRecord.all_tenants.filter(condition, final=False).values_list(*_OPEN_RUN_FIELDS))
+
+
+_OPEN_OF_JOBS = PreparedRead(
+    lambda: UsageRecord.all_tenants.filter(job_pk__any_of=Arg("jobs"), final=False).values_list(*_OPEN_RUN_FIELDS)
+)
+# Per job uid: its last run number and how many of its records are open (what opening a run needs).
+_RUN_STATS = PreparedRead(
+    lambda: (
+        UsageRecord.all_tenants.filter(job_uid__any_of=Arg("uids"))
+        .values("job_uid")
+        .annotate(last=Max("run"), open=Count("id", filter=Q(final=False)))
+        .values_list("job_uid", "last", "open")
+        .order_by()
+    )
+)
+
+
+def open_runs_of_jobs(job_pks: list[int]) -> list[OpenRun]:
+    """`open_runs` of these jobs: the statement every pass that ends runs asks, compiled once (apps.core.prepared)."""
+    return _open_runs_of(_OPEN_OF_JOBS.rows(jobs=job_pks))
+
+
+def _open_runs_of(rows: Any) -> list[OpenRun]:
     out = []
-    rows = UsageRecord.all_tenants.filter(condition, final=False).values_list(*_OPEN_RUN_FIELDS)
     for *head, sku_id, sku_name, gpu_type, gpus, reserved, cores, memory, start, rate, currency, hr, cr, mr in rows:
         sku = None
         if sku_id is not None and hr is not None:
@@ -119,13 +143,7 @@ def _reserved_gpus(jobs: list[Any]) -> dict[int, int]:
 def _open(jobs: list[Any], now: dt.datetime) -> int:
     """Open a run record for each of these admitted jobs that has none open: run = the job's last run + 1. One
     lookup (open records and last runs together) and one COPY. Returns how many were opened."""
-    stats = {
-        uid: (last, open_)
-        for uid, last, open_ in UsageRecord.all_tenants.filter(job_uid__in=[job.uid for job in jobs])
-        .values("job_uid")
-        .annotate(last=Max("run"), open=Count("id", filter=Q(final=False)))
-        .values_list("job_uid", "last", "open")
-    }
+    stats = {uid: (last, open_) for uid, last, open_ in _RUN_STATS.rows(uids=[job.uid for job in jobs])}
     fresh = [job for job in jobs if not stats.get(job.uid, (0, 0))[1]]
     if not fresh:
         return 0
@@ -198,7 +216,7 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
     with transaction.atomic():
         pks = list(ending)
         for start in range(0, len(pks), 1000):
-            runs = open_runs(Q(job_pk__in=pks[start : start + 1000]))
+            runs = open_runs_of_jobs(pks[start : start + 1000])
             # A finished run ends at the job's completion time; a preempted or evicted one now.
             closing = []
             for run in runs:

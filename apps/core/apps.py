@@ -10,7 +10,10 @@ class CoreConfig(AppConfig):
         # drf-spectacular finds its extensions by import (its documented way to register them).
         from django.db.backends.signals import connection_created
 
-        from . import pgtime
+        from . import (
+            pgtime,
+            prepared,  # noqa: F401  (registers the `any_of` lookup on every field)
+        )
         from .api import schema  # noqa: F401
 
         # Timestamps parsed by psycopg's C loader rather than Django's pure-Python one (apps.core.pgtime).

@@ -155,7 +155,7 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
         admitted = {pk for pk, d in self.decisions.items() if d.outcome in ("admit", "reject")}
         rows = list(
             Job.all_tenants.filter(phase=JobPhase.PENDING, finalized=False, cancel_requested_at__isnull=True)
-            .exclude(pk__in=admitted)
+            .exclude(pk__any_of=admitted)
             .select_related("tenant")
             .only("id", "name", "tenant_id", "tenant__slug", "queue_name")
         )
@@ -168,7 +168,7 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
                 message = f"waiting for jobs ahead of it in queue {queue}"
                 for start in range(0, len(jobs), 1000):
                     chunk = jobs[start : start + 1000]
-                    Job.all_tenants.filter(pk__in=[j.pk for j in chunk], phase=JobPhase.PENDING).update(
+                    Job.all_tenants.filter(pk__any_of=[j.pk for j in chunk], phase=JobPhase.PENDING).update(
                         phase=JobPhase.QUEUED, reason="WaitingForJobsAhead", message=message
                     )
                 events += [(job, "Queued", message, "Normal") for job in jobs]

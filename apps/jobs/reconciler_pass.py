@@ -13,7 +13,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.db.models.fields.json import KT
 
 from apps.core.bulk import bulk_set
@@ -22,7 +21,7 @@ from apps.core.scopes import JOBS_REPORT
 from apps.tenants.services import api_key_revoke_bound, api_keys_issue_bound
 
 from . import manifests, selectors, services
-from .choices import HOLDING_PHASES, TERMINAL_PHASES, WAITING_PHASES, JobPhase
+from .choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
 from .models import Job
 
 # job uid -> what its last observation saw (its row's state, its objects' resourceVersions): a later pass in this
@@ -95,14 +94,18 @@ class PassMixin:
                 )
             ):
                 wanted.append(pk)
-        waiting = Q(finalized=False, phase__in=WAITING_PHASES)
-        waiting &= Q(cancel_requested_at__isnull=False) | Q(pk__in=decided)
-        chunks = [Q(pk__in=wanted[start : start + 500]) for start in range(0, len(wanted), 500)] or [Q(pk__in=[])]
-        if native:
-            chunks[0] |= waiting
+        # Cancelled waiting jobs and those admission decided something new for come with the first chunk.
+        chunks = [wanted[start : start + 500] for start in range(0, len(wanted), 500)] or [[]]
+        waiting = sorted(decided) if native else []
         tenants: dict[int, Any] = {}
-        for chunk in chunks:
-            jobs = selectors.jobs_to_reconcile(chunk, tenants)
+        read: set[int] = set()
+        for index, chunk in enumerate(chunks):
+            jobs = [
+                job
+                for job in selectors.jobs_to_reconcile(chunk, waiting if index == 0 else [], tenants)
+                if job.pk not in read  # a cancelled waiting job matches every chunk's query
+            ]
+            read.update(job.pk for job in jobs)
             self.candidate_keys.update(str(job.uid) for job in jobs)
             self._issue_tokens(jobs)
             yield from jobs
@@ -140,7 +143,8 @@ class PassMixin:
         rest = keys - alive
         if rest:
             alive |= {
-                str(uid) for uid in Job.all_tenants.filter(uid__in=rest, finalized=False).values_list("uid", flat=True)
+                str(uid)
+                for uid in Job.all_tenants.filter(uid__any_of=rest, finalized=False).values_list("uid", flat=True)
             }
         return alive
 
@@ -196,7 +200,7 @@ class PassMixin:
             if self._revoke:
                 api_key_revoke_bound(bound_to=self._revoke)
             if self._finalize:
-                Job.all_tenants.filter(pk__in=self._finalize).update(finalized=True)
+                Job.all_tenants.filter(pk__any_of=self._finalize).update(finalized=True)
             services.job_events_record(events)
             # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):
             # another pass at once admits what it now allows, rather than at the next tick.

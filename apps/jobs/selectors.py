@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from apps.core.prepared import Arg, PreparedRead, model_fields
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
 from apps.tenants.models import Tenant
@@ -19,14 +20,30 @@ def gpus_in_use() -> int:
     return int(used["n"] or 0)
 
 
-def jobs_to_reconcile(where: Q, tenants: dict[int, Tenant]) -> list[Job]:
-    """The unfinalized jobs matching `where`, in pk order, each with its tenant attached from `tenants` (tenant id ->
-    Tenant; the ones missing are read and added). A pass sees thousands of jobs of tens of tenants: one Tenant per
-    tenant, read once per pass, not one per job row as `select_related` would build."""
-    jobs = list(Job.all_tenants.filter(where, finalized=False).order_by("pk"))
+_TO_RECONCILE = PreparedRead(
+    lambda: (
+        Job.all_tenants.filter(
+            Q(pk__any_of=Arg("pks"))
+            | Q(phase__in=WAITING_PHASES) & (Q(cancel_requested_at__isnull=False) | Q(pk__any_of=Arg("waiting"))),
+            finalized=False,
+        )
+        .order_by("pk")
+        .values_list(*model_fields(Job))
+    )
+)
+_TENANTS = PreparedRead(lambda: Tenant.objects.filter(pk__any_of=Arg("pks")).values_list(*model_fields(Tenant)))
+
+
+def jobs_to_reconcile(pks: list[int], waiting: list[int], tenants: dict[int, Tenant]) -> list[Job]:
+    """The unfinalized jobs among `pks`, and the waiting ones among `waiting` or cancelled, in pk order, each with
+    its tenant attached from `tenants` (tenant id -> Tenant; the ones missing are read and added). A pass sees
+    thousands of jobs of tens of tenants: one Tenant per tenant, read once per pass, not one per job row as
+    `select_related` would build. Two statements compiled once per process (apps.core.prepared), whatever the
+    number of jobs."""
+    jobs = _TO_RECONCILE.models(Job, pks=pks, waiting=waiting)
     missing = {job.tenant_id for job in jobs} - tenants.keys()
     if missing:
-        tenants.update(Tenant.objects.in_bulk(missing))
+        tenants.update((tenant.pk, tenant) for tenant in _TENANTS.models(Tenant, pks=sorted(missing)))
     for job in jobs:
         Job.tenant.field.set_cached_value(job, tenants[job.tenant_id])
     return jobs

@@ -21,6 +21,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.prepared import PreparedRead, model_fields
+
 from .models import GPU, GpuNode
 from .quantities import QuantityError, parse_quantity
 
@@ -150,6 +152,9 @@ class SyncResult:
         return bool(self.created or self.updated or self.deleted)
 
 
+_GPU_NODES = PreparedRead(lambda: GpuNode.objects.values_list(*model_fields(GpuNode)))
+
+
 def sync_gpu_nodes(
     nodes: list[dict[str, Any]], *, allocated: Mapping[str, int], now: dt.datetime | None = None
 ) -> SyncResult:
@@ -165,7 +170,7 @@ def sync_gpu_nodes(
         if fields["name"]:
             fields["allocated_gpus"] = max(int(allocated.get(fields["name"], 0) or 0), 0)
             wanted[fields["name"]] = fields
-    existing = {row.name: row for row in GpuNode.objects.all()}
+    existing = {row.name: row for row in _GPU_NODES.models(GpuNode)}  # compiled once: every pass reads them
     result = SyncResult()
     to_create: list[GpuNode] = []
     to_update: list[GpuNode] = []

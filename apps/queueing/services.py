@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.core.audit import audit_record, snapshot
 from apps.core.bulk import bulk_set
 from apps.core.periodic import nudge
+from apps.core.prepared import PreparedRead
 from apps.core.principal import Principal
 from apps.tenants.models import Tenant
 
@@ -418,6 +419,11 @@ def reservation_delete(*, actor: Principal, reservation: Reservation) -> None:
     nudge(RECONCILE_RESERVATIONS)
 
 
+_QUEUE_STATUS = PreparedRead(
+    lambda: Queue.all_tenants.values_list("pk", "tenant_id", "name", "status_admitted", "status_pending")
+)
+
+
 def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pending: dict[tuple[int, str], int]) -> int:
     """Record each queue's admitted usage and waiting count after an admission cycle (only rows that changed).
 
@@ -425,8 +431,7 @@ def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pendin
     """
     changed: dict[int, dict[str, Any]] = {}
     now = timezone.now()
-    rows = Queue.all_tenants.values_list("pk", "tenant_id", "name", "status_admitted", "status_pending")
-    for pk, tenant_id, name, status_admitted, status_pending in rows:
+    for pk, tenant_id, name, status_admitted, status_pending in _QUEUE_STATUS.rows():  # compiled once: every cycle
         usage, waiting = admitted.get((tenant_id, name), {}), pending.get((tenant_id, name), 0)
         if status_admitted != usage or status_pending != waiting:
             changed[pk] = {"status_admitted": usage, "status_pending": waiting, "status_updated_at": now}

@@ -378,7 +378,7 @@ def api_keys_issue_bound(wanted: list[tuple[Tenant | int, str, list[str], str]])
     if not wanted:
         return {}
     now = timezone.now()
-    ApiKey.all_tenants.filter(bound_to__in=[w[1] for w in wanted], revoked_at__isnull=True).update(revoked_at=now)
+    ApiKey.all_tenants.filter(bound_to__any_of=[w[1] for w in wanted], revoked_at__isnull=True).update(revoked_at=now)
     rows, plaintext = [], {}
     for tenant, bound_to, scopes, name in wanted:
         secret, key_id = keys.new_secret(), keys.new_key_id()
@@ -404,7 +404,9 @@ def api_key_revoke_bound(*, bound_to: str | list[str]) -> int:
     targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
     if not targets:
         return 0
-    return ApiKey.all_tenants.filter(bound_to__in=targets, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    return ApiKey.all_tenants.filter(bound_to__any_of=targets, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
 
 
 def api_key_authenticate(*, raw_key: str) -> tuple[Any, Principal] | None:

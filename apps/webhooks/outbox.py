@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.periodic import nudge
+from apps.core.prepared import Arg, PreparedRead
 
 from .models import Delivery, Event, WebhookEndpoint
 from .payloads import job_selected
@@ -19,9 +20,17 @@ from .payloads import job_selected
 DRAIN = "deliver-webhooks"
 
 
+_LISTENING = PreparedRead(
+    lambda: WebhookEndpoint.all_tenants.filter(tenant_id__any_of=Arg("tenants"), enabled=True).values_list(
+        "tenant_id", "events"
+    )
+)
+
+
 def listening(*, tenant_ids: set[int], types: set[str]) -> set[tuple[int, str]]:
-    """The (tenant, type) pairs some enabled endpoint subscribes to (one query)."""
-    rows = WebhookEndpoint.all_tenants.filter(tenant_id__in=tenant_ids, enabled=True).values_list("tenant_id", "events")
+    """The (tenant, type) pairs some enabled endpoint subscribes to (one query, compiled once: every reconcile
+    pass that changes a job's phase asks)."""
+    rows = _LISTENING.rows(tenants=tenant_ids)
     return {(tenant_id, t) for tenant_id, events in rows for t in events if t in types}
 
 

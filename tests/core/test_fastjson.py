@@ -23,7 +23,9 @@ def _stdlib_compact(value):
 
 
 def _workload():
-    spec = JobSpec.of(normalize_spec({"type": "training", "image": "busybox:1.36", "gpus": 4, "distributed": {"nodes": 2}}))
+    spec = JobSpec.of(
+        normalize_spec({"type": "training", "image": "busybox:1.36", "gpus": 4, "distributed": {"nodes": 2}})
+    )
     return manifests.workload(
         spec,
         api_url="http://gryvia.internal:8000",

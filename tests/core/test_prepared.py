@@ -71,3 +71,38 @@ def test_the_admission_reads_match_their_querysets():
     assert [d.job_id for d in heads.demands] == [row[0] for row in expected]
     assert len(heads.demands) == 2 and heads.counts == {(tenant.pk, "default"): 3}
     assert [row.pk for row in admission_inputs.active()] == [row[1] for row in admission_inputs._active_query()]
+
+
+def test_any_of_takes_a_list_as_one_parameter_in_any_queryset():
+    tenant = make_tenant()
+    jobs = [make_job(tenant) for _ in range(3)]
+    pks = [jobs[0].pk, jobs[2].pk]
+    assert sorted(Job.all_tenants.filter(pk__any_of=pks).values_list("pk", flat=True)) == pks
+    assert list(Job.all_tenants.filter(pk__any_of=[])) == []
+    uids = [jobs[1].uid]
+    assert list(Job.all_tenants.filter(uid__any_of=uids).values_list("pk", flat=True)) == [jobs[1].pk]
+    assert list(Job.all_tenants.filter(tenant_id__any_of={tenant.pk}).values_list("pk", flat=True).order_by("pk")) == [
+        j.pk for j in jobs
+    ]
+    sql, params = Job.all_tenants.filter(pk__any_of=list(range(500))).query.sql_with_params()
+    assert len(params) == 1  # not one placeholder per value
+    with pytest.raises(TypeError, match="any_of takes a list"):
+        Job.all_tenants.filter(pk__any_of=5)
+
+
+def test_arguments_are_given_at_each_call_and_checked():
+    from apps.core.prepared import Arg, model_fields
+
+    tenant = make_tenant()
+    jobs = [make_job(tenant) for _ in range(3)]
+    read = PreparedRead(
+        lambda: Job.all_tenants.filter(pk__any_of=Arg("pks")).order_by("pk").values_list(*model_fields(Job))
+    )
+    loaded = read.models(Job, pks=[jobs[2].pk, jobs[0].pk])
+    assert [job.pk for job in loaded] == [jobs[0].pk, jobs[2].pk]
+    fresh = Job.all_tenants.get(pk=jobs[0].pk)
+    assert all(getattr(loaded[0], f) == getattr(fresh, f) for f in model_fields(Job))
+    assert not loaded[0]._state.adding and loaded[0]._state.db == "default"
+    assert read.models(Job, pks=[]) == []
+    with pytest.raises(TypeError, match="missing argument"):
+        read.rows()

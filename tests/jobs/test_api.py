@@ -155,7 +155,6 @@ def test_service_refuses_resize_after_the_end(tenant_a):
 def test_the_reconciler_reads_each_tenant_once_per_pass(tenant_a, tenant_b):
     """`jobs_to_reconcile` attaches one shared Tenant per tenant, read once and kept for the pass's later chunks."""
     from django.db import connection
-    from django.db.models import Q
     from django.test.utils import CaptureQueriesContext
 
     from apps.jobs import selectors
@@ -163,11 +162,11 @@ def test_the_reconciler_reads_each_tenant_once_per_pass(tenant_a, tenant_b):
     made = [make_job(tenant, f"j{i}") for i, tenant in enumerate([tenant_a, tenant_b] * 3)]
     tenants: dict = {}
     with CaptureQueriesContext(connection) as queries:
-        jobs = selectors.jobs_to_reconcile(Q(pk__in=[job.pk for job in made]), tenants)
+        jobs = selectors.jobs_to_reconcile([job.pk for job in made], [], tenants)
     assert len(queries) == 2  # the jobs, then their two tenants together
     assert [job.pk for job in jobs] == sorted(job.pk for job in made)
     assert {job.tenant.slug for job in jobs[0::2]} == {tenant_a.slug} and jobs[0].tenant is jobs[2].tenant
     assert jobs[1].tenant.slug == tenant_b.slug and set(tenants) == {tenant_a.pk, tenant_b.pk}
     with CaptureQueriesContext(connection) as queries:
-        again = selectors.jobs_to_reconcile(Q(pk=made[1].pk), tenants)
+        again = selectors.jobs_to_reconcile([made[1].pk], [], tenants)
     assert len(queries) == 1 and again[0].tenant is jobs[1].tenant  # already known this pass
