@@ -16,6 +16,8 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
+from apps.core.prepared import PreparedRead, model_fields
+
 from .models import GpuSku
 
 DEFAULT_CURRENCY = "USD"
@@ -57,12 +59,16 @@ def forget_catalog() -> None:
     transaction.on_commit(lambda: cache.delete(CATALOG_CACHE_KEY))
 
 
+# The whole catalog in force order, compiled once: every pass that opens a usage record reads it.
+_SKUS = PreparedRead(lambda: GpuSku.objects.order_by("effective_from").values_list(*model_fields(GpuSku)))
+
+
 class Catalog:
     """The whole catalog read once, for pricing many records in one batch (it is small)."""
 
     def __init__(self, skus: Iterable[GpuSku] | None = None) -> None:
         self._by_type: dict[str, list[GpuSku]] = {}
-        for sku in GpuSku.objects.order_by("effective_from") if skus is None else skus:
+        for sku in _SKUS.models(GpuSku) if skus is None else skus:
             self._by_type.setdefault(sku.gpu_type.lower(), []).append(sku)
 
     @classmethod

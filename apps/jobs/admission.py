@@ -168,8 +168,11 @@ class _State:
         self.capacity = dict(capacity)
         self.used: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
         self.tenant_used: dict[int, dict[str, int]] = defaultdict(dict)
+        held: dict[tuple[int, str], dict[str, int]] = {}  # usage is additive: one take() per queue, not per job
         for holding in holdings:
-            self.take(holding.tenant_id, holding.queue, holding.request)
+            _add(held.setdefault((holding.tenant_id, holding.queue), {}), holding.request)
+        for (tenant_id, queue), request in held.items():
+            self.take(tenant_id, queue, request)
 
     def take(self, tenant_id: int, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
         own = self.queue_of(tenant_id, queue)

@@ -130,7 +130,10 @@ class ObjectRef:
 
 
 def object_key(obj: dict[str, Any]) -> str:
-    return ObjectRef.of(obj).key
+    """`ObjectRef.of(obj).key`, without building the ObjectRef (a pass keys every object it lists)."""
+    kind = kind_of(obj)
+    meta = obj.get("metadata") or {}
+    return f"{kind.kind}/{(meta.get('namespace') if kind.namespaced else None) or ''}/{meta['name']}"
 
 
 @dataclass(frozen=True)
