@@ -149,6 +149,15 @@ class OwnerReconciler(ABC, Generic[Owner]):
         """Last touch before an apply, after hashing (fill in what exists only at apply time, e.g. a token)."""
         return manifest
 
+    def desired_hashed(self, owner: Owner, live: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], str, str]]:
+        """`desired()`, each manifest annotated with the hash of its content: (manifest, object key, hash). What a
+        pass compares with the live objects; a reconciler whose manifests are costly to build may memoize it."""
+        out = []
+        for manifest in self.desired(owner, live):
+            manifest, digest = with_spec_hash(manifest)
+            out.append((manifest, object_key(manifest), digest))
+        return out
+
     def observe(self, owner: Owner, live: dict[str, dict[str, Any]], observed: dict[str, list[dict[str, Any]]]) -> None:
         """Derive status from the live objects and the observed kinds (every pass, for every owner examined)."""
 
@@ -242,9 +251,7 @@ class OwnerReconciler(ABC, Generic[Owner]):
         applied: dict[str, str] = {}
         now = dict(live)
         try:
-            for manifest in self.desired(owner, live):
-                manifest, digest = with_spec_hash(manifest)
-                key = object_key(manifest)
+            for manifest, key, digest in self.desired_hashed(owner, live):
                 applied[key] = digest
                 current = live.get(key)
                 if current is None or live_hash(current) != digest:

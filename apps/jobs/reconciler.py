@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -47,11 +48,19 @@ from .status import Observed, from_batch_job, from_stateful_set, set_condition, 
 
 logger = logging.getLogger(__name__)
 TOKEN_PLACEHOLDER = "issued-at-apply"
+# job uid -> (its steady inputs, its desired objects as (JSON, object key, hash)): see desired_hashed. Only ever a
+# shortcut, bounded: a fresh process builds every job's objects once.
+_DESIRED: dict[str, tuple[tuple, list[tuple[bytes, str, str]]]] = {}
+_DESIRED_MAX = 50_000
 NODE_LOSS_GRACE = dt.timedelta(seconds=60)
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _has_workload(objects: Any) -> bool:
+    return any(o.get("kind") in ("Job", "StatefulSet") for o in objects)
 
 
 def _ts(value: str | None) -> dt.datetime | None:
@@ -237,6 +246,43 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
             self._workload(owner, common, placement),
             manifests.headless_service(spec, **common),
         ]
+
+    def desired_hashed(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], str, str]]:
+        """A running job's objects are built and hashed once per set of inputs (`_steady_inputs`), when its workload
+        is created, not again each pass its pods change: later passes get fresh copies of the same manifests from
+        their JSON."""
+        uid = str(owner.uid)
+        inputs = self._steady_inputs(owner) if _has_workload(live.values()) else None
+        if inputs is not None:
+            hit = _DESIRED.get(uid)
+            if hit is not None and hit[0] == inputs:
+                return [(orjson.loads(body), key, digest) for body, key, digest in hit[1]]
+        out = super().desired_hashed(owner, live)
+        if inputs is None and _has_workload(manifest for manifest, _key, _digest in out):
+            inputs = self._steady_inputs(owner)  # being created: as the next pass will see it (placement recorded)
+        if inputs is not None:
+            if len(_DESIRED) >= _DESIRED_MAX:
+                _DESIRED.clear()
+            try:
+                _DESIRED[uid] = (inputs, [(orjson.dumps(manifest), key, digest) for manifest, key, digest in out])
+            except orjson.JSONEncodeError:  # a value orjson cannot write (an integer beyond 64 bits): built each pass
+                _DESIRED.pop(uid, None)
+        return out
+
+    def _steady_inputs(self, owner: Job) -> tuple | None:
+        """Everything desired() reads for a job whose workload exists, or is being created, and that is not being
+        evicted, cancelled or finished (its spec through its generation); None for any other job, whose objects
+        desired() decides afresh."""
+        if owner.is_terminal or owner.cancel_requested_at is not None or owner.phase == JobPhase.PREEMPTED:
+            return None
+        decision = self.decisions.get(owner.pk)
+        if decision is not None and decision.outcome == "evict":
+            return None
+        placement = self.placements.get(owner.pk) or owner.placement or None
+        placed = (tuple(sorted(set(placement["nodes"]))), bool(placement.get("reserved"))) if placement else None
+        tenant = owner.tenant
+        api_url = settings.GRYVIA_INTERNAL_API_URL
+        return (owner.generation, owner.name, tenant.namespace, tenant.slug, self.mode, api_url, placed)
 
     def _workload(self, owner: Job, common: dict[str, str], placement: dict[str, Any] | None) -> dict[str, Any]:
         """The workload manifest, built the same way for its whole life (its hash must not drift once created)."""

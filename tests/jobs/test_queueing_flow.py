@@ -204,3 +204,44 @@ def test_borrowed_quota_is_reclaimed_when_the_lender_comes_back(cluster, kube, t
     reconcile_jobs(kube)
     reconcile_jobs(kube)
     assert JobModel.all_tenants.get(pk=lender.pk).phase == "Scheduling"
+
+
+def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, tenant_a, monkeypatch):
+    """A running job whose pods change is observed every pass, but its manifests are built and hashed again only
+    when what they depend on changes (apps.jobs.reconciler.desired_hashed); what is applied is the same."""
+    from django.db.models import F
+
+    from apps.cluster.backends.base import SPEC_HASH_ANNOTATION
+    from apps.jobs import manifests
+
+    built = []
+    workload = manifests.workload
+    monkeypatch.setattr(manifests, "workload", lambda *a, **k: built.append(1) or workload(*a, **k))
+    job = gpu_job(tenant_a, "steady")
+    reconcile_jobs(kube)  # admitted: its objects are created
+    running_pod(cluster, "steady")
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase in ("Scheduling", "Running") and cluster.stored(JOB, "steady", NS) is not None
+    first_build = len(built)
+    original = cluster.stored(JOB, "steady", NS)
+    pod = cluster.stored(POD, "steady-0-pod", NS)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    cluster.seed(pod)  # the pod changed: the job is looked at again
+    stats = reconcile_jobs(kube)
+    assert stats.reconciled >= 1 and stats.applied == 0
+    assert len(built) == first_build  # nothing built again
+
+    # Someone edits the live Job: it is applied again, from the remembered manifest, exactly as first built.
+    tampered = cluster.stored(JOB, "steady", NS)
+    tampered["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = "edited"
+    cluster.seed(tampered)
+    assert reconcile_jobs(kube).applied == 1 and len(built) == first_build
+    again = cluster.stored(JOB, "steady", NS)
+    assert again["spec"] == original["spec"]
+    assert again["metadata"]["annotations"] == original["metadata"]["annotations"]
+
+    # A new generation (a spec change) builds them again.
+    Job.all_tenants.filter(pk=job.pk).update(generation=F("generation") + 1)
+    reconcile_jobs(kube)
+    assert len(built) == first_build + 1
