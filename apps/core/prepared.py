@@ -112,8 +112,11 @@ class PreparedRead:
         return list(self._compiler(using, arguments).results_iter(tuple_expected=True))
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:
-        """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load)."""
-        names = model_fields(model)
+        """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load); a read of
+        `model_fields(model, only=...)` gives instances whose other fields load on access."""
+        names = list(self._compile(using)[0].query.values_select)
+        if names != model_fields(model, only=set(names)) or self._compile(using)[0].query.annotation_select:
+            raise TypeError(f"PreparedRead.models: read {model.__name__}'s fields in field order, as model_fields()")
         from_db = model.from_db
         return [from_db(using, names, row) for row in self.rows(using, **arguments)]
 
@@ -122,6 +125,7 @@ class PreparedRead:
         return self._compiler(using, arguments).as_sql()
 
 
-def model_fields(model: type[Model]) -> list[str]:
-    """The attnames a model instance is loaded from, in field order: `values_list(*model_fields(M))`."""
-    return [field.attname for field in model._meta.concrete_fields]
+def model_fields(model: type[Model], only: set[str] | None = None) -> list[str]:
+    """The attnames a model instance is loaded from, in field order: `values_list(*model_fields(M))`. With `only`,
+    those of them, still in field order (what `Model.from_db` needs of a partial row)."""
+    return [field.attname for field in model._meta.concrete_fields if only is None or field.attname in only]

@@ -37,7 +37,7 @@ from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
 from apps.tenants.services import api_key_issue_bound
 
-from . import admission_inputs, manifests, services
+from . import admission_inputs, manifests, selectors, services
 from . import choices as C
 from .admission import GPU, Decision, admit
 from .choices import HOLDING_PHASES, JobPhase
@@ -161,13 +161,8 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
 
     def _queue_submitted(self) -> None:
         """Submitted jobs not admitted at once are Queued, all in a few statements (one per queue name)."""
-        admitted = {pk for pk, d in self.decisions.items() if d.outcome in ("admit", "reject")}
-        rows = list(
-            Job.all_tenants.filter(phase=JobPhase.PENDING, finalized=False, cancel_requested_at__isnull=True)
-            .exclude(pk__any_of=admitted)
-            .select_related("tenant")
-            .only("id", "name", "tenant_id", "tenant__slug", "queue_name")
-        )
+        decided = sorted(pk for pk, d in self.decisions.items() if d.outcome in ("admit", "reject"))
+        rows = selectors.submitted_jobs(decided=decided, tenants={})
         by_queue: dict[str, list[Job]] = {}
         for job in rows:
             by_queue.setdefault(job.queue_name, []).append(job)
@@ -184,7 +179,7 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
                 for job in jobs:
                     if job.pk in self.head_status:
                         self.head_status[job.pk] = (JobPhase.QUEUED, "WaitingForJobsAhead", message)
-            services.job_events_record(events)
+            services.job_events_record(events, runs=False)  # never ran: no usage record to open or close
 
     # -- owners -------------------------------------------------------------------------------------------------
 

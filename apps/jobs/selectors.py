@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
@@ -40,13 +41,38 @@ def jobs_to_reconcile(pks: list[int], waiting: list[int], tenants: dict[int, Ten
     thousands of jobs of tens of tenants: one Tenant per tenant, read once per pass, not one per job row as
     `select_related` would build. Two statements compiled once per process (apps.core.prepared), whatever the
     number of jobs."""
-    jobs = _TO_RECONCILE.models(Job, pks=pks, waiting=waiting)
+    return with_tenants(_TO_RECONCILE.models(Job, pks=pks, waiting=waiting), tenants)
+
+
+def with_tenants(jobs: list[Job], tenants: dict[int, Tenant]) -> list[Job]:
+    """The jobs, each with its tenant attached from `tenants` (tenant id -> Tenant; the missing ones read in one
+    query and added): one Tenant per tenant however many jobs."""
     missing = {job.tenant_id for job in jobs} - tenants.keys()
     if missing:
         tenants.update((tenant.pk, tenant) for tenant in _TENANTS.models(Tenant, pks=sorted(missing)))
     for job in jobs:
         Job.tenant.field.set_cached_value(job, tenants[job.tenant_id])
     return jobs
+
+
+# Submitted jobs that admission did not admit or reject this cycle (the first cycle after a large submission reads
+# thousands): the few columns queueing them needs.
+SUBMITTED_FIELDS = model_fields(Job, only={"id", "uid", "name", "tenant_id", "queue_name"})
+_SUBMITTED = PreparedRead(
+    lambda: (
+        Job.all_tenants.filter(phase=JobPhase.PENDING, finalized=False, cancel_requested_at__isnull=True)
+        .exclude(pk__any_of=Arg("decided"))
+        .order_by("pk")
+        .values_list(*SUBMITTED_FIELDS)
+    )
+)
+
+
+def submitted_jobs(*, decided: list[int], tenants: dict[int, Tenant]) -> list[Job]:
+    """Pending jobs not among `decided`, as Job instances of `SUBMITTED_FIELDS` only (others load on access), each
+    with its tenant: one query, no Tenant per row."""
+    rows = _SUBMITTED.rows(decided=decided)
+    return with_tenants([Job.from_db(DEFAULT_DB_ALIAS, SUBMITTED_FIELDS, row) for row in rows], tenants)
 
 
 def job_visible(*, principal: Principal, object_id: str) -> bool:

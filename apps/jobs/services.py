@@ -73,8 +73,11 @@ def job_event(*, job: Job, reason: str, message: str, type: str = "Normal", acto
     job_events_record([(job, reason, message, type)], actor=actor)
 
 
-def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Principal = RECONCILER) -> None:
-    """`job_event` for many (job, reason, message, type): one INSERT of events, one of audit rows."""
+def job_events_record(
+    events: list[tuple[Job, str, str, str]], *, actor: Principal = RECONCILER, runs: bool = True
+) -> None:
+    """`job_event` for many (job, reason, message, type): one INSERT of events, one of audit rows. `runs=False`:
+    these jobs never ran (submitted jobs being queued), so no usage record can open or close."""
     if not events:
         return
     bulk_insert(
@@ -93,7 +96,8 @@ def job_events_record(events: list[tuple[Job, str, str, str]], *, actor: Princip
         ]
     )
     _emit_phase_events(events)
-    billing.usage_job_events(events)  # usage records open at admission and close when the run ends
+    if runs:
+        billing.usage_job_events(events)  # usage records open at admission and close when the run ends
 
 
 def _emit_phase_events(events: list[tuple[Job, str, str, str]]) -> None:
@@ -108,9 +112,8 @@ def _emit_phase_events(events: list[tuple[Job, str, str, str]]) -> None:
         return
     # Jobs read with only a few columns (the reconciler's bulk queueing) get the rest in one query.
     partial = [job.pk for job, *_ in typed if job.get_deferred_fields() & _PAYLOAD_FIELDS]
-    rows = {
-        row["pk"]: row for row in Job.all_tenants.filter(pk__in=partial).values("pk", "uid", "queue_name", "spec__type")
-    }
+    found = Job.all_tenants.filter(pk__any_of=partial).values("pk", "uid", "queue_name", "spec__type")
+    rows = {row["pk"]: row for row in found}
     items = []
     for job, event_type, reason, message in typed:
         row = rows.get(job.pk) or {"uid": job.uid, "queue_name": job.queue_name, "spec__type": job.spec.get("type")}

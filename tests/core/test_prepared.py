@@ -106,3 +106,17 @@ def test_arguments_are_given_at_each_call_and_checked():
     assert read.models(Job, pks=[]) == []
     with pytest.raises(TypeError, match="missing argument"):
         read.rows()
+
+
+def test_models_of_a_partial_read_defer_the_other_fields():
+    from apps.core.prepared import model_fields
+
+    tenant = make_tenant()
+    job = make_job(tenant)
+    names = model_fields(Job, only={"name", "id", "tenant_id"})
+    assert sorted(names) == ["id", "name", "tenant_id"]
+    [partial] = PreparedRead(lambda: Job.all_tenants.values_list(*names)).models(Job)
+    assert (partial.pk, partial.name) == (job.pk, job.name)
+    assert "spec" in partial.get_deferred_fields() and partial.spec == job.spec  # loads on access
+    with pytest.raises(TypeError, match="field order"):
+        PreparedRead(lambda: Job.all_tenants.values_list("name", "id")).models(Job)
