@@ -102,11 +102,22 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"bulk_set: cannot send a {type(value).__name__} value: {value!r}")
 
 
+_RECORD_TYPES: dict[tuple[str, models.Field], str] = {}
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _record_type(field: models.Field) -> str:
-    target = field.target_field if field.is_relation else field
-    if target.get_internal_type() == "JSONField":
-        return "json"  # the value is nested in the row as JSON ({"j": value}, so None stays JSON null)
-    return target.db_type(connection)
+    """The column type a field's value is read as from a JSON record (remembered: Django formats it on each call)."""
+    cached = _RECORD_TYPES.get((connection.vendor, field))
+    if cached is None:
+        target = field.target_field if field.is_relation else field
+        # A JSON value is nested in the row as JSON ({"j": value}, so None stays JSON null).
+        cached = "json" if target.get_internal_type() == "JSONField" else target.db_type(connection)
+        _RECORD_TYPES[(connection.vendor, field)] = cached
+    return cached
 
 
 def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
@@ -273,7 +284,11 @@ def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *,
             values = [row[name] for row in rows]
         else:
             values = [row[name] if name in row else _given(default) for row in rows]
-        if not raw or field.get_internal_type() == "JSONField":
+        if raw and field.get_internal_type() == "JSONField" and field.encoder is None:
+            # COPY's text format: the JSON text itself, encoded by orjson (None is JSON null, as get_db_prep_value
+            # gives the other path and SQLite).
+            values = [fastjson.compact(value, _not_json) for value in values]
+        elif not raw or field.get_internal_type() == "JSONField":
             prep = _prep(field)
             values = [prep(value) for value in values]
         columns.append(values)

@@ -117,3 +117,21 @@ def test_bulk_set_keeps_json_null_and_reads_back_every_value_type():
     assert b2.completion_time == WHEN + dt.timedelta(hours=1) and b2.conditions == [{"a": [1, 2.5, None, True]}]
     assert Job.all_tenants.filter(pk=a.pk, placement__isnull=True).count() == 0  # JSON null, not SQL NULL
     assert bulk_set(Job, {b.pk: {"message": "late"}}, when={b.pk: {"start_time": WHEN - dt.timedelta(1)}}) == set()
+
+
+def test_bulk_insert_stores_json_values_as_the_orm_does():
+    """JSON columns (encoded by orjson for COPY on PostgreSQL) read back equal: objects, lists, strings, numbers,
+    non-ASCII text; None is JSON null on both databases; a value JSON cannot hold is refused, naming its type."""
+    from apps.core.models import AuditEntry
+
+    values = [{"a": [1, 2.5, None, True], "é": "✓ 'q' \"d\" \\ \n"}, ["x", {"n": 2**62}], "just text", 7, None]
+    rows = [
+        {"action": f"t.{i}", "object_type": "job", "object_id": str(i), "actor": "test", "after": value}
+        for i, value in enumerate(values)
+    ]
+    assert bulk_insert(AuditEntry, rows) == len(values)
+    stored = dict(AuditEntry.all_tenants.filter(action__startswith="t.").values_list("action", "after"))
+    assert [stored[f"t.{i}"] for i in range(len(values))] == values
+    assert not AuditEntry.all_tenants.filter(action="t.4", after__isnull=True).exists()  # JSON null, not SQL NULL
+    with pytest.raises(TypeError, match="set"):
+        bulk_insert(AuditEntry, [{**rows[0], "after": {"s": {1}}}])
