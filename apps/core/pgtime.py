@@ -37,7 +37,10 @@ def fast_loader(timezone: Any) -> type | None:
             self._parse = optimised(oid, context).load
 
         def load(self, data: Any) -> Any:
-            return self._parse(data).replace(tzinfo=self.timezone)
+            value = self._parse(data)
+            # Django's contract: the value with its connection's tzinfo. psycopg already gives that one when the
+            # session time zone is Django's (UTC: both datetime.timezone.utc), and replace() costs a new object.
+            return value if value.tzinfo is self.timezone else value.replace(tzinfo=self.timezone)
 
     FastTzLoader.timezone = timezone
     return FastTzLoader

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
-from django.db.models.functions import RowNumber
+from django.db.models.functions import Coalesce, RowNumber
 
 from apps.billing import selectors as billing
 from apps.core.prepared import PreparedRead
@@ -168,13 +168,14 @@ class Active(NamedTuple):
 
 
 def _active_query() -> QuerySet:
-    fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "start_time")
+    fields = ("id", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority", "admitted_at")
     more = ("phase", "generation", "observed_generation", "cancel_requested_at", "timeout_s", "completion_time")
     return (
         Job.all_tenants.filter(finalized=False)
         .exclude(phase__in=WAITING_PHASES)
-        .values_list("uid", *fields, "updated_at", *more)
-        .annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
+        # When it started, else when its row last changed (admitted, not yet started): one timestamp per row.
+        .annotate(admitted_at=Coalesce("start_time", "updated_at"), ttl=KT("spec__ttlSecondsAfterFinished"))
+        .values_list("uid", *fields, *more, "ttl")
     )
 
 
@@ -184,10 +185,7 @@ _ACTIVE = PreparedRead(_active_query)
 def active() -> list[Active]:
     """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
     and the reconciler (which jobs changed)."""
-    return [
-        Active(pk, str(uid), tenant, queue, request, borrowing, priority, start or updated, *rest)
-        for uid, pk, tenant, queue, request, borrowing, priority, start, updated, *rest in _ACTIVE.rows()
-    ]
+    return [Active(pk, str(uid), *rest) for uid, pk, *rest in _ACTIVE.rows()]
 
 
 def holdings(rows: list[Active] | None = None) -> list[Holding]:
