@@ -11,7 +11,6 @@ import datetime as dt
 import logging
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -30,28 +29,21 @@ from apps.cluster.backends.base import (
     STATEFUL_SET,
     WORKLOAD,
     ClusterBackend,
-    object_key,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
-from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
-from apps.tenants.services import api_key_issue_bound
 
 from . import admission_inputs, manifests, selectors, services
 from . import choices as C
 from .admission import GPU, Decision, admit
 from .choices import HOLDING_PHASES, JobPhase
 from .models import Job
+from .reconciler_desired import DesiredMixin
 from .reconciler_pass import PassMixin
 from .reconciler_placement import PlacementMixin
 from .status import Observed, from_batch_job, from_stateful_set, set_condition, workload_ended
 
 logger = logging.getLogger(__name__)
-TOKEN_PLACEHOLDER = "issued-at-apply"
-# job uid -> (its steady inputs, its desired objects as (JSON, object key, hash)): see desired_hashed. Only ever a
-# shortcut, bounded: a fresh process builds every job's objects once.
-_DESIRED: dict[str, tuple[tuple, list[tuple[bytes, str, str]]]] = {}
-_DESIRED_MAX = 50_000
 NODE_LOSS_GRACE = dt.timedelta(seconds=60)
 
 
@@ -59,15 +51,11 @@ def _labels(obj: dict[str, Any]) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def _has_workload(objects: Any) -> bool:
-    return any(o.get("kind") in ("Job", "StatefulSet") for o in objects)
-
-
 def _ts(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
 
-class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
+class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job]):
     kind = "job"
     managed_kinds = (PVC, SECRET, JOB, STATEFUL_SET, SERVICE)
     observed_kinds = (POD,)
@@ -197,128 +185,6 @@ class JobReconciler(PassMixin, PlacementMixin, OwnerReconciler[Job]):
 
     def needs_work(self, owner: Job, live: dict[str, dict[str, Any]]) -> bool:
         return True  # status follows the workload every pass; applies still happen only when hashes differ
-
-    # -- desired state ------------------------------------------------------------------------------------------
-
-    def _expired(self, job: Job) -> bool:
-        """A finished job's objects are collected `ttlSecondsAfterFinished` (default GRYVIA_JOB_TTL_S) after its end."""
-        if not job.is_terminal or job.completion_time is None:
-            return False
-        ttl = job.spec.get("ttlSecondsAfterFinished")
-        ttl = settings.GRYVIA_JOB_TTL_S if ttl is None else int(ttl)
-        return timezone.now() >= job.completion_time + dt.timedelta(seconds=ttl)
-
-    def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-        spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
-        common = {"name": owner.name, "namespace": ns, "uid": str(owner.uid), "tenant": tenant}
-        pvc = manifests.data_pvc(spec, **common)
-        keep = [pvc] if pvc is not None else []
-        decision = self.decisions.get(owner.pk)
-        evicting = owner.phase == JobPhase.PREEMPTED or (decision is not None and decision.outcome == "evict")
-        if owner.is_terminal or owner.cancel_requested_at is not None or evicting:
-            if self._expired(owner):
-                return []
-            if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
-                # Finished on its own: the workload (and its pods' logs) stay until the TTL, never re-created.
-                done = [
-                    self._workload(owner, common, owner.placement or None),
-                    manifests.headless_service(spec, **common),
-                ]
-                keep += [m for m in done if object_key(m) in live]
-            return keep
-        has_workload = any(o.get("kind") in ("Job", "StatefulSet") for o in live.values())
-        native = self.mode == "native"
-        if native and not has_workload and (decision is None or decision.outcome != "admit"):
-            return keep  # waiting in its queue (or rejected): nothing runs yet
-        placement = owner.placement or None
-        if native and spec.gpus_per_pod and not placement and not has_workload:
-            placement = self._place(owner)
-            if placement is None:
-                return keep
-        return [
-            *keep,
-            manifests.token_secret(spec, token=TOKEN_PLACEHOLDER, **common),
-            self._workload(owner, common, placement),
-            manifests.headless_service(spec, **common),
-        ]
-
-    def desired_hashed(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], str, str]]:
-        """A running job's objects are built and hashed once per set of inputs (`_steady_inputs`), when its workload
-        is created, not again each pass its pods change: later passes get fresh copies of the same manifests from
-        their JSON."""
-        uid = str(owner.uid)
-        inputs = self._steady_inputs(owner) if _has_workload(live.values()) else None
-        if inputs is not None:
-            hit = _DESIRED.get(uid)
-            if hit is not None and hit[0] == inputs:
-                return [(orjson.loads(body), key, digest) for body, key, digest in hit[1]]
-        out = super().desired_hashed(owner, live)
-        if inputs is None and _has_workload(manifest for manifest, _key, _digest in out):
-            inputs = self._steady_inputs(owner)  # being created: as the next pass will see it (placement recorded)
-        if inputs is not None:
-            if len(_DESIRED) >= _DESIRED_MAX:
-                _DESIRED.clear()
-            try:
-                _DESIRED[uid] = (inputs, [(orjson.dumps(manifest), key, digest) for manifest, key, digest in out])
-            except orjson.JSONEncodeError:  # a value orjson cannot write (an integer beyond 64 bits): built each pass
-                _DESIRED.pop(uid, None)
-        return out
-
-    def _steady_inputs(self, owner: Job) -> tuple | None:
-        """Everything desired() reads for a job whose workload exists, or is being created, and that is not being
-        evicted, cancelled or finished (its spec through its generation); None for any other job, whose objects
-        desired() decides afresh."""
-        if owner.is_terminal or owner.cancel_requested_at is not None or owner.phase == JobPhase.PREEMPTED:
-            return None
-        decision = self.decisions.get(owner.pk)
-        if decision is not None and decision.outcome == "evict":
-            return None
-        placement = self.placements.get(owner.pk) or owner.placement or None
-        placed = (tuple(sorted(set(placement["nodes"]))), bool(placement.get("reserved"))) if placement else None
-        tenant = owner.tenant
-        api_url = settings.GRYVIA_INTERNAL_API_URL
-        return (owner.generation, owner.name, tenant.namespace, tenant.slug, self.mode, api_url, placed)
-
-    def _workload(self, owner: Job, common: dict[str, str], placement: dict[str, Any] | None) -> dict[str, Any]:
-        """The workload manifest, built the same way for its whole life (its hash must not drift once created)."""
-        spec = owner.typed_spec
-        workload = manifests.workload(
-            spec,
-            api_url=settings.GRYVIA_INTERNAL_API_URL,
-            placed_on=sorted(set(placement["nodes"])) if placement else None,
-            reserved=bool(placement and placement.get("reserved")),
-            **common,
-        )
-        queue = owner.spec.get("queueName") or "default"
-        if self.mode == "kueue":  # created suspended; Kueue unsuspends it when admitted
-            workload = kueue.suspend_patch(workload, queue_name=queue, priority_class=spec.raw.get("priorityClassName"))
-        elif self.mode == "kai":
-            template = kai.pod_template_patch(
-                workload["spec"]["template"], queue=kai.queue_name(common["tenant"], queue)
-            )
-            workload = {**workload, "spec": {**workload["spec"], "template": template}}
-        return workload
-
-    def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created
-            token = self._tokens.pop(f"job:{owner.uid}", None) or api_key_issue_bound(
-                tenant=owner.tenant, bound_to=f"job:{owner.uid}", scopes=[JOBS_REPORT], name=f"job {owner.name}"
-            )
-            return {**manifest, "stringData": {"token": token}}
-        if manifest["kind"] == "Service":
-            workload = next((o for o in results.values() if o.get("kind") in ("Job", "StatefulSet")), None)
-            if workload is not None and (workload.get("metadata") or {}).get("uid"):
-                meta = dict(manifest["metadata"])
-                meta["ownerReferences"] = manifests.headless_service(
-                    owner.typed_spec,
-                    name=owner.name,
-                    namespace=owner.tenant.namespace,
-                    uid=str(owner.uid),
-                    tenant=owner.tenant.slug,
-                    owner=workload,
-                )["metadata"]["ownerReferences"]
-                return {**manifest, "metadata": meta}
-        return manifest
 
     # -- status -------------------------------------------------------------------------------------------------
 
