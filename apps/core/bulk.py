@@ -105,10 +105,6 @@ def _json_default(value: Any) -> Any:
 _RECORD_TYPES: dict[tuple[str, models.Field], str] = {}
 
 
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
 def _record_type(field: models.Field) -> str:
     """The column type a field's value is read as from a JSON record (remembered: Django formats it on each call)."""
     cached = _RECORD_TYPES.get((connection.vendor, field))
@@ -287,7 +283,7 @@ def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *,
         if raw and field.get_internal_type() == "JSONField" and field.encoder is None:
             # COPY's text format: the JSON text itself, encoded by orjson (None is JSON null, as get_db_prep_value
             # gives the other path and SQLite).
-            values = [fastjson.compact(value, _not_json) for value in values]
+            values = [fastjson.compact(value, fastjson.not_json) for value in values]
         elif not raw or field.get_internal_type() == "JSONField":
             prep = _prep(field)
             values = [prep(value) for value in values]

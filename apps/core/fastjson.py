@@ -25,14 +25,15 @@ _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 _COMPACT = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
-def _refuse(value: Any) -> Any:
+def not_json(value: Any) -> Any:
+    """A `default` that accepts nothing beyond plain JSON, with the json module's error."""
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def canonical(value: Any) -> bytes:
     """`json.dumps(value, sort_keys=True, separators=(",", ":")).encode()`, faster."""
     try:
-        out = orjson.dumps(value, default=_refuse, option=_SORTED | orjson.OPT_PASSTHROUGH_DATETIME)
+        out = orjson.dumps(value, default=not_json, option=_SORTED | orjson.OPT_PASSTHROUGH_DATETIME)
     except orjson.JSONEncodeError:  # an integer beyond 64 bits, or a type `json` reports itself
         pass
     else:

@@ -114,8 +114,9 @@ class PreparedRead:
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:
         """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load); a read of
         `model_fields(model, only=...)` gives instances whose other fields load on access."""
-        names = list(self._compile(using)[0].query.values_select)
-        if names != model_fields(model, only=set(names)) or self._compile(using)[0].query.annotation_select:
+        query = self._compile(using)[0].query
+        names = list(query.values_select)
+        if names != model_fields(model, only=set(names)) or query.annotation_select:
             raise TypeError(f"PreparedRead.models: read {model.__name__}'s fields in field order, as model_fields()")
         from_db = model.from_db
         return [from_db(using, names, row) for row in self.rows(using, **arguments)]

@@ -38,7 +38,7 @@ from . import choices as C
 from .admission import GPU, Decision, admit
 from .choices import HOLDING_PHASES, JobPhase
 from .models import Job
-from .reconciler_desired import DesiredMixin
+from .reconciler_desired import DesiredMixin, has_workload
 from .reconciler_pass import PassMixin
 from .reconciler_placement import PlacementMixin
 from .status import Observed, from_batch_job, from_stateful_set, set_condition, workload_ended
@@ -217,7 +217,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
             self._update(job, events=events, phase=JobPhase.PREEMPTED, reason="Preempted", message=decision.message)
             return
         if job.phase == JobPhase.PREEMPTED:
-            if not stopping and not any(o.get("kind") in ("Job", "StatefulSet") for o in live.values()):
+            if not stopping and not has_workload(live.values()):
                 attempts = max(job.attempts, 1)
                 message = f"queued again after preemption (attempt {attempts + 1} next)"
                 self._update(

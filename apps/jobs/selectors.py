@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
@@ -71,8 +70,7 @@ _SUBMITTED = PreparedRead(
 def submitted_jobs(*, decided: list[int], tenants: dict[int, Tenant]) -> list[Job]:
     """Pending jobs not among `decided`, as Job instances of `SUBMITTED_FIELDS` only (others load on access), each
     with its tenant: one query, no Tenant per row."""
-    rows = _SUBMITTED.rows(decided=decided)
-    return with_tenants([Job.from_db(DEFAULT_DB_ALIAS, SUBMITTED_FIELDS, row) for row in rows], tenants)
+    return with_tenants(_SUBMITTED.models(Job, decided=decided), tenants)
 
 
 def job_visible(*, principal: Principal, object_id: str) -> bool:
