@@ -6,6 +6,13 @@ database alias, keeps the compiler with its SQL and parameters, and then only ex
 (execute wrappers, the debug query log, database error wrapping) and its own converters (JSON, datetimes, UUIDs),
 so rows are exactly what iterating the QuerySet gives. `models()` turns them into model instances as the ORM does.
 
+Converting rows is most of what a read of a few hundred rows costs the client, so it is planned once per connection:
+a column whose only converter is `JSONField.from_db_value` (no custom decoder) is decoded without Django's
+per-value dispatch (short documents by orjson, where it gives the same values), any other column keeps
+Django's converters, called as Django calls them. Models without `pre_init`/`post_init`
+receivers and without their own `__init__` or `from_db` are built without going through `Model.__init__`, as
+`Model.from_db` would build them: the same attributes, the same state.
+
 What varies between calls is a list argument: `filter(pk__any_of=Arg("pks"))` in the QuerySet, `rows(pks=[...])`
 at the call. The `any_of` lookup takes a whole list as one parameter (PostgreSQL `= ANY(%s::type[])`, SQLite
 `IN (SELECT value FROM json_each(%s))`), so the statement's text does not depend on how many values there are; it
@@ -19,14 +26,22 @@ thread's connection, and the kept one holds no connection, so a finished thread'
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Field, Lookup, Model, QuerySet
+from django.db.models import Field, JSONField, Lookup, Model, QuerySet, signals
+from django.db.models.base import ModelState
 from django.db.models.fields.related import ForeignObject
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query import ValuesListIterable
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.sql.constants import CURSOR
 
 
 class Arg:
@@ -76,12 +91,83 @@ Field.register_lookup(AnyOf)
 ForeignObject.register_lookup(AnyOf)  # relations take their lookups from ForeignObject down, not from Field
 
 
+# 19 digits in a row: what an integer orjson cannot read exactly (beyond 64 bits; it gives a float) must contain.
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+
+
+def _json_value(value: Any, loads: Callable[[Any], Any] = orjson.loads) -> Any:
+    """`JSONField.from_db_value` for a field without a custom decoder. A document that cannot hold an integer
+    beyond 64 bits (no 19 digits in a row) is decoded by orjson, which gives the same values as `json.loads` for
+    it; any other, and a long one (where looking for the digits costs more than orjson saves), by `json.loads`."""
+    if value.__class__ is str:
+        size = len(value)
+        if size < 19 or (size < 160 and _LONG_DIGITS.search(value) is None):
+            try:
+                return loads(value)
+            except orjson.JSONDecodeError:
+                pass
+    elif value is None or not isinstance(value, bytes):
+        return value  # NULL; or a key transform SQLite extracted as its SQL type
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _column_converter(converters: list[Callable], expression: Any, connection: Any) -> Callable[[Any], Any]:
+    """One function for a column's converters: orjson for a plain JSONField's, Django's own otherwise."""
+    if len(converters) == 1:
+        bound = converters[0]
+        field = getattr(bound, "__self__", None)
+        if (
+            isinstance(field, JSONField)
+            and field.decoder is None
+            and getattr(bound, "__func__", None) is JSONField.from_db_value
+        ):
+            return _json_value
+
+    if len(converters) == 1:
+        only = converters[0]
+        return lambda value: only(value, expression, connection)
+
+    def convert(value: Any) -> Any:
+        for converter in converters:
+            value = converter(value, expression, connection)
+        return value
+
+    return convert
+
+
+@functools.cache
+def _plain_fields(model: type[Model]) -> bool:
+    """Whether setting each of `model`'s concrete fields on a new instance only stores the value (no descriptor of
+    a field type that converts or records what it is given)."""
+    plain = (DeferredAttribute, ForeignKeyDeferredAttribute)
+    return all(
+        type(model.__dict__.get(f.attname, getattr(model, f.attname, None))) in plain
+        for f in model._meta.concrete_fields
+    )
+
+
+def _fast_init(model: type[Model]) -> bool:
+    """Whether instances of `model` may be built from a row without Model.__init__ (nothing would observe it)."""
+    return (
+        model.__init__ is Model.__init__
+        and model.from_db.__func__ is Model.from_db.__func__
+        and not signals.pre_init.has_listeners(model)
+        and not signals.post_init.has_listeners(model)
+        and _plain_fields(model)
+    )
+
+
 class PreparedRead:
     """`PreparedRead(lambda: Model.objects.filter(...).values_list(...)).rows()`: the QuerySet's rows as tuples."""
 
     def __init__(self, build: Callable[[], QuerySet]) -> None:
         self._build = build
         self._compiled: dict[str, tuple[Any, str, tuple, bool]] = {}  # alias -> (unbound compiler, sql, params, args)
+        # connection -> (column count, (index, converter) pairs): converters may be bound to a connection's ops.
+        self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _compile(self, using: str) -> tuple[Any, str, tuple, bool]:
         entry = self._compiled.get(using)
@@ -108,8 +194,37 @@ class PreparedRead:
         compiler.as_sql = lambda *a, **k: (sql, params)
         return compiler
 
+    def _plan(self, compiler: Any) -> tuple[int | None, list[tuple[int, Callable[[Any], Any]]]]:
+        connection = compiler.connection
+        plan = self._plans.get(connection)
+        if plan is None:
+            fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
+            if compiler.has_composite_fields(fields):
+                raise TypeError("PreparedRead: composite fields are not supported")
+            converters = compiler.get_converters(fields)
+            columns = [(i, _column_converter(c, e, connection)) for i, (c, e) in sorted(converters.items())]
+            plan = self._plans[connection] = (compiler.col_count if compiler.has_extra_select else None, columns)
+        return plan
+
     def rows(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[tuple]:
-        return list(self._compiler(using, arguments).results_iter(tuple_expected=True))
+        compiler = self._compiler(using, arguments)
+        width, columns = self._plan(compiler)
+        cursor = compiler.execute_sql(CURSOR)
+        try:
+            fetched = cursor.fetchall()
+        finally:
+            cursor.close()
+        if width is not None:
+            fetched = [row[:width] for row in fetched]
+        if not columns:
+            return [tuple(row) for row in fetched] if fetched and type(fetched[0]) is not tuple else fetched
+        out = []
+        for row in fetched:
+            row = list(row)
+            for index, convert in columns:
+                row[index] = convert(row[index])
+            out.append(tuple(row))
+        return out
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:
         """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load); a read of
@@ -118,8 +233,21 @@ class PreparedRead:
         names = list(query.values_select)
         if names != model_fields(model, only=set(names)) or query.annotation_select:
             raise TypeError(f"PreparedRead.models: read {model.__name__}'s fields in field order, as model_fields()")
-        from_db = model.from_db
-        return [from_db(using, names, row) for row in self.rows(using, **arguments)]
+        rows = self.rows(using, **arguments)
+        if not _fast_init(model):
+            from_db = model.from_db
+            return [from_db(using, names, row) for row in rows]
+        # What Model.from_db does through Model.__init__, without its per-field loop: the attributes read (those
+        # left out load on access, as deferred fields), then the state of an instance loaded from `using`.
+        new, out = model.__new__, []
+        for row in rows:
+            instance = new(model)
+            state = instance.__dict__
+            state.update(zip(names, row, strict=True))
+            instance._state = state_ = ModelState()
+            state_.adding, state_.db = False, using
+            out.append(instance)
+        return out
 
     def sql(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> tuple[str, tuple]:
         """The statement and parameters a call runs (for tests and EXPLAIN)."""

@@ -12,13 +12,14 @@ No database transaction is held across a cluster call.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from apps.cluster.backends.base import (
     SPEC_HASH_ANNOTATION,
@@ -61,6 +62,19 @@ def with_spec_hash(manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
     meta = dict(manifest.get("metadata") or {})
     meta["annotations"] = {**(meta.get("annotations") or {}), SPEC_HASH_ANNOTATION: digest}
     return {**manifest, "metadata": meta}, digest
+
+
+class Desired(NamedTuple):
+    """One object a reconciler wants: its key, the hash of its content, and how to get its manifest (a fresh
+    dict the caller may change, or the one desired() built)."""
+
+    key: str
+    digest: str
+    load: Callable[[], dict[str, Any]]
+
+
+def _same(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest
 
 
 def live_hash(obj: dict[str, Any]) -> str | None:
@@ -149,13 +163,14 @@ class OwnerReconciler(ABC, Generic[Owner]):
         """Last touch before an apply, after hashing (fill in what exists only at apply time, e.g. a token)."""
         return manifest
 
-    def desired_hashed(self, owner: Owner, live: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], str, str]]:
-        """`desired()`, each manifest annotated with the hash of its content: (manifest, object key, hash). What a
-        pass compares with the live objects; a reconciler whose manifests are costly to build may memoize it."""
+    def desired_hashed(self, owner: Owner, live: dict[str, dict[str, Any]]) -> list[Desired]:
+        """`desired()`, each manifest annotated with the hash of its content: (object key, hash, manifest loader).
+        What a pass compares with the live objects; a manifest is loaded only when it is to be applied, so a
+        reconciler whose manifests are costly to build may memoize them and hand out only their hashes."""
         out = []
         for manifest in self.desired(owner, live):
             manifest, digest = with_spec_hash(manifest)
-            out.append((manifest, object_key(manifest), digest))
+            out.append(Desired(object_key(manifest), digest, functools.partial(_same, manifest)))
         return out
 
     def observe(self, owner: Owner, live: dict[str, dict[str, Any]], observed: dict[str, list[dict[str, Any]]]) -> None:
@@ -251,10 +266,11 @@ class OwnerReconciler(ABC, Generic[Owner]):
         applied: dict[str, str] = {}
         now = dict(live)
         try:
-            for manifest, key, digest in self.desired_hashed(owner, live):
+            for key, digest, load in self.desired_hashed(owner, live):
                 applied[key] = digest
                 current = live.get(key)
                 if current is None or live_hash(current) != digest:
+                    manifest = load()
                     now[key] = self.backend.apply(self.prepare(owner, manifest, now)) or manifest
                     stats.applied += 1
             for obj in self._ordered(o for k, o in live.items() if k not in applied):

@@ -7,6 +7,7 @@ A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module sta
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.cluster.backends.base import object_key
+from apps.core.reconcile import Desired
 from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
 from apps.tenants.services import api_key_issue_bound
@@ -24,9 +26,9 @@ from .choices import JobPhase
 from .models import Job
 
 TOKEN_PLACEHOLDER = "issued-at-apply"
-# job uid -> (its steady inputs, its desired objects as (JSON, object key, hash)): see desired_hashed. Only ever a
-# shortcut, bounded: a fresh process builds every job's objects once.
-_DESIRED: dict[str, tuple[tuple, list[tuple[bytes, str, str]]]] = {}
+# job uid -> (its steady inputs, its desired objects, each loading a fresh copy from its JSON): see desired_hashed.
+# Only ever a shortcut, bounded: a fresh process builds every job's objects once.
+_DESIRED: dict[str, tuple[tuple, list[Desired]]] = {}
 _DESIRED_MAX = 50_000
 
 
@@ -86,26 +88,32 @@ class DesiredMixin:
             manifests.headless_service(spec, **common),
         ]
 
-    def desired_hashed(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], str, str]]:
+    def desired_hashed(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[Desired]:
         """A running job's objects are built and hashed once per set of inputs (`_steady_inputs`), when its workload
-        is created, not again each pass its pods change: later passes get fresh copies of the same manifests from
-        their JSON."""
+        is created, not again each pass its pods change: later passes compare the remembered hashes, and decode a
+        fresh copy of a manifest from its JSON only to apply it again."""
         uid = str(owner.uid)
         inputs = self._steady_inputs(owner) if has_workload(live.values()) else None
         if inputs is not None:
             hit = _DESIRED.get(uid)
             if hit is not None and hit[0] == inputs:
-                return [(orjson.loads(body), key, digest) for body, key, digest in hit[1]]
+                return hit[1]
         out = super().desired_hashed(owner, live)
-        if inputs is None and has_workload(manifest for manifest, _key, _digest in out):
+        manifests_ = [item.load() for item in out]
+        if inputs is None and has_workload(manifests_):
             inputs = self._steady_inputs(owner)  # being created: as the next pass will see it (placement recorded)
         if inputs is not None:
             if len(_DESIRED) >= _DESIRED_MAX:
                 _DESIRED.clear()
             try:
-                _DESIRED[uid] = (inputs, [(orjson.dumps(manifest), key, digest) for manifest, key, digest in out])
+                remembered = [
+                    Desired(item.key, item.digest, functools.partial(orjson.loads, orjson.dumps(manifest)))
+                    for item, manifest in zip(out, manifests_, strict=True)
+                ]
             except orjson.JSONEncodeError:  # a value orjson cannot write (an integer beyond 64 bits): built each pass
                 _DESIRED.pop(uid, None)
+            else:
+                _DESIRED[uid] = (inputs, remembered)
         return out
 
     def _steady_inputs(self, owner: Job) -> tuple | None:

@@ -120,3 +120,49 @@ def test_models_of_a_partial_read_defer_the_other_fields():
     assert "spec" in partial.get_deferred_fields() and partial.spec == job.spec  # loads on access
     with pytest.raises(TypeError, match="field order"):
         PreparedRead(lambda: Job.all_tenants.values_list("name", "id")).models(Job)
+
+
+def test_json_columns_decode_as_the_orm_decodes_them_big_integers_included():
+    tenant = make_tenant()
+    job = make_job(tenant)
+    odd = {"big": 2**70, "nested": [{"a": 1.5}, None, "é"], "empty": {}}
+    big = {"n": -(2**64), "m": 2**63}
+    Job.all_tenants.filter(pk=job.pk).update(placement=odd, restarts={"0": 2}, allocated_nodes=[2**65], request=big)
+    names = ("pk", "placement", "restarts", "allocated_nodes", "spec", "request")
+    [row] = PreparedRead(lambda: Job.all_tenants.values_list(*names)).rows()
+    assert row == tuple(Job.all_tenants.values_list(*names).get())
+    assert row[1]["big"] == 2**70 and type(row[1]["big"]) is int
+    assert row[2] == {"0": 2} and row[3] == [2**65] and type(row[3][0]) is int
+    assert row[5] == {"n": -(2**64), "m": 2**63} and all(type(v) is int for v in row[5].values())
+
+
+def test_models_are_the_orms_instances_and_receivers_get_their_signals():
+    from django.db.models.signals import post_init
+
+    from apps.core.prepared import _fast_init, model_fields
+
+    tenant = make_tenant()
+    job = make_job(tenant)
+    read = PreparedRead(lambda: Job.all_tenants.values_list(*model_fields(Job)))
+    [fast] = read.models(Job)
+    orm = Job.all_tenants.get(pk=job.pk)
+    assert _fast_init(Job)
+    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
+        k: v for k, v in vars(orm).items() if k != "_state"
+    }
+    assert fast.tenant == tenant and fast.get_deferred_fields() == set()
+    fast.name = "renamed"
+    fast.save(update_fields=["name"])  # an instance loaded from the database: an UPDATE, not an INSERT
+    assert Job.all_tenants.get(pk=job.pk).name == "renamed"
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    post_init.connect(receiver, sender=Job)
+    try:
+        assert not _fast_init(Job)
+        read.models(Job)  # through Model.__init__, so the receiver sees it
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert seen == [job.pk]
