@@ -89,6 +89,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         self._finalize: list[int] = []  # terminal jobs whose cluster objects are all gone
         self._seen_now: dict[str, tuple] = {}
         self._tokens: dict[str, str] = {}
+        self._issued: dict[str, str] = {}
 
     # -- pass-wide state ----------------------------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ from django.db.models.fields.json import KT
 
 from apps.core.bulk import bulk_set
 from apps.core.periodic import nudge
+from apps.core.prepared import Arg, PreparedUpdate
 from apps.core.scopes import JOBS_REPORT
+from apps.tenants import keys
 from apps.tenants.services import api_key_revoke_bound, api_keys_issue_bound
 
 from . import manifests, selectors, services
@@ -28,6 +30,7 @@ from .models import Job
 # process that sees the same leaves the job alone. Only ever a shortcut: a fresh process observes every job.
 _SEEN: dict[str, tuple] = {}
 _SEEN_MAX = 200_000
+_FINALIZE = PreparedUpdate(lambda: Job.all_tenants.filter(pk__any_of=Arg("pks")), finalized=True)
 
 
 class PassMixin:
@@ -47,6 +50,7 @@ class PassMixin:
     _finalize: list[int]
     _seen_now: dict[str, tuple]
     _tokens: dict[str, str]
+    _issued: dict[str, str]  # bound_to -> plaintext of the keys this pass issued (their earlier keys go in end_pass)
     active_rows: list[Any]
     released: set[int]
     freed_after_admission: int = 0
@@ -119,11 +123,12 @@ class PassMixin:
             and f"Secret/{job.tenant.namespace}/{manifests.names(job.name)['secret']}"
             not in self.live_by_owner.get(str(job.uid), {})
         ]
-        self._tokens.update(
-            api_keys_issue_bound(
-                [(job.tenant_id, f"job:{job.uid}", [JOBS_REPORT], f"job {job.name}") for job in starting]
-            )
+        issued = api_keys_issue_bound(
+            [(job.tenant_id, f"job:{job.uid}", [JOBS_REPORT], f"job {job.name}") for job in starting],
+            revoke_earlier=False,  # end_pass() revokes the earlier keys, with the pass's other revocations
         )
+        self._tokens.update(issued)
+        self._issued.update(issued)
 
     def _fingerprint(self, key: str, row_state: tuple, live: dict[str, dict[str, Any]] | None = None) -> tuple | None:
         """What observing a job depends on: its row's state and its objects' versions (None: unknown versions)."""
@@ -197,10 +202,14 @@ class PassMixin:
                     {pk: {"observed_generation": g, "status_applied": a} for pk, (g, a) in self._status.items()},
                     when={pk: {"generation": g} for pk, (g, _a) in self._status.items()},
                 )
-            if self._revoke:
-                api_key_revoke_bound(bound_to=self._revoke)
+            if self._revoke or self._issued:
+                # The keys of jobs that ended or were evicted, and those issued before the ones this pass issued:
+                # one UPDATE. A job that ended in the pass its key was issued keeps none.
+                ended = set(self._revoke)
+                keep = [keys.parse_key(raw)[0] for bound, raw in self._issued.items() if bound not in ended]
+                api_key_revoke_bound(bound_to=[*ended, *self._issued], keep=keep)
             if self._finalize:
-                Job.all_tenants.filter(pk__any_of=self._finalize).update(finalized=True)
+                _FINALIZE.run(pks=self._finalize)
             services.job_events_record(events)
             # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):
             # another pass at once admits what it now allows, rather than at the next tick.
@@ -218,4 +227,4 @@ class PassMixin:
             _SEEN.clear()
         _SEEN.update(self._seen_now)
         self._changes, self._jobs, self._events, self._status, self._revoke, self._seen_now = {}, {}, [], {}, [], {}
-        self._finalize = []
+        self._finalize, self._issued = [], {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
@@ -15,6 +16,7 @@ from apps.core import scopes as S
 from apps.core.audit import audit_record, snapshot
 from apps.core.bulk import bulk_insert
 from apps.core.periodic import nudge
+from apps.core.prepared import Arg, PreparedUpdate
 from apps.core.principal import Principal
 
 from . import keys
@@ -372,13 +374,19 @@ def api_key_issue_bound(*, tenant: Tenant, bound_to: str, scopes: list[str], nam
     return api_keys_issue_bound([(tenant, bound_to, scopes, name)])[bound_to]
 
 
-def api_keys_issue_bound(wanted: list[tuple[Tenant | int, str, list[str], str]]) -> dict[str, str]:
+def api_keys_issue_bound(
+    wanted: list[tuple[Tenant | int, str, list[str], str]], *, revoke_earlier: bool = True
+) -> dict[str, str]:
     """`api_key_issue_bound` for many (tenant, bound_to, scopes, name) at once: one UPDATE revokes the earlier
-    keys, one INSERT stores the new ones. Returns bound_to -> plaintext."""
+    keys, one INSERT stores the new ones. Returns bound_to -> plaintext.
+
+    `revoke_earlier=False`: the caller revokes the earlier keys itself, later in its transaction, with
+    `api_key_revoke_bound(bound_to=..., keep=...)` keeping the new ones (a reconcile pass folds it into the one
+    revocation it makes anyway)."""
     if not wanted:
         return {}
-    now = timezone.now()
-    ApiKey.all_tenants.filter(bound_to__any_of=[w[1] for w in wanted], revoked_at__isnull=True).update(revoked_at=now)
+    if revoke_earlier:
+        api_key_revoke_bound(bound_to=[w[1] for w in wanted])
     rows, plaintext = [], {}
     for tenant, bound_to, scopes, name in wanted:
         secret, key_id = keys.new_secret(), keys.new_key_id()
@@ -399,14 +407,21 @@ def api_keys_issue_bound(wanted: list[tuple[Tenant | int, str, list[str], str]])
     return plaintext
 
 
-def api_key_revoke_bound(*, bound_to: str | list[str]) -> int:
-    """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end)."""
+_REVOKE_BOUND = PreparedUpdate(
+    lambda: ApiKey.all_tenants.filter(bound_to__any_of=Arg("bound_to"), revoked_at__isnull=True).exclude(
+        key_id__any_of=Arg("keep")
+    ),
+    revoked_at=Arg("now"),
+)
+
+
+def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ()) -> int:
+    """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end), except the keys
+    (by key id) in `keep`. One UPDATE, compiled once (apps.core.prepared)."""
     targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
     if not targets:
         return 0
-    return ApiKey.all_tenants.filter(bound_to__any_of=targets, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    return _REVOKE_BOUND.run(bound_to=targets, keep=list(keep), now=timezone.now())
 
 
 def api_key_authenticate(*, raw_key: str) -> tuple[Any, Principal] | None:

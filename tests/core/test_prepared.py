@@ -166,3 +166,30 @@ def test_models_are_the_orms_instances_and_receivers_get_their_signals():
     finally:
         post_init.disconnect(receiver, sender=Job)
     assert seen == [job.pk]
+
+
+def test_a_prepared_update_is_the_querysets_update_compiled_once():
+    import datetime as dt
+
+    from apps.core.prepared import Arg, PreparedUpdate
+
+    tenant = make_tenant()
+    jobs = [make_job(tenant) for _ in range(3)]
+    builds = []
+
+    def build():
+        builds.append(1)
+        return Job.all_tenants.filter(pk__any_of=Arg("pks"), finalized=False)
+
+    update = PreparedUpdate(build, finalized=True, cancel_requested_at=Arg("at"), reason="Done")
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    with CaptureQueriesContext(connection) as queries:
+        assert update.run(pks=[jobs[0].pk, jobs[2].pk], at=at) == 2
+    assert len(queries) == 1 and queries[0]["sql"].startswith("UPDATE")
+    assert update.run(pks=[jobs[0].pk, jobs[1].pk], at=at) == 1  # the first is finalized already
+    assert update.run(pks=[], at=at) == 0 and len(builds) == 1
+    rows = dict(Job.all_tenants.values_list("pk", "cancel_requested_at"))
+    assert rows == {jobs[0].pk: at, jobs[1].pk: at, jobs[2].pk: at}
+    assert set(Job.all_tenants.values_list("reason", flat=True)) == {"Done"}
+    with pytest.raises(TypeError, match="missing argument"):
+        update.run(pks=[1])

@@ -245,3 +245,22 @@ def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, ten
     Job.all_tenants.filter(pk=job.pk).update(generation=F("generation") + 1)
     reconcile_jobs(kube)
     assert len(built) == first_build + 1
+
+
+def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_when_it_ends(cluster, kube, tenant_a):
+    from apps.tenants.models import ApiKey
+    from apps.tenants.services import api_keys_issue_bound
+
+    job = gpu_job(tenant_a, "tokened")
+    stale = api_keys_issue_bound([(tenant_a, f"job:{job.uid}", ["jobs:report"], "left over")])
+    reconcile_jobs(kube)  # admitted: a fresh token in its Secret; the earlier key is revoked in the same pass
+
+    def live():
+        return list(ApiKey.all_tenants.filter(bound_to=f"job:{job.uid}", revoked_at__isnull=True))
+
+    assert [key.name for key in live()] == ["job tokened"]
+    assert stale[f"job:{job.uid}"].split("_")[1] not in {key.key_id for key in live()}
+    _set_job_status(cluster, "tokened", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Succeeded" and live() == []

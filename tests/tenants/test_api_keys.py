@@ -165,3 +165,19 @@ def test_no_secret_is_stored_or_logged(caplog, tenant_a):
         secret = plaintext.rsplit("_", 1)[1]
         assert secret.encode() not in stored
         assert secret not in caplog.text
+
+
+def test_bound_keys_replace_earlier_ones_at_once_or_when_the_caller_revokes_keeping_the_new(tenant_a):
+    from apps.tenants.services import api_key_authenticate, api_key_revoke_bound, api_keys_issue_bound
+
+    first = api_keys_issue_bound([(tenant_a, "job:x", ["jobs:report"], "x")])["job:x"]
+    second = api_keys_issue_bound([(tenant_a, "job:x", ["jobs:report"], "x")])["job:x"]
+    assert api_key_authenticate(raw_key=first) is None and api_key_authenticate(raw_key=second) is not None
+
+    third = api_keys_issue_bound([(tenant_a, "job:x", ["jobs:report"], "x")], revoke_earlier=False)["job:x"]
+    assert api_key_authenticate(raw_key=second) is not None  # until the caller revokes it
+    kept = KEY_PATTERN.match(third)["key_id"]
+    assert api_key_revoke_bound(bound_to=["job:x", "job:other"], keep=[kept]) == 1
+    assert api_key_authenticate(raw_key=second) is None and api_key_authenticate(raw_key=third) is not None
+    assert api_key_revoke_bound(bound_to="job:x") == 1 and api_key_authenticate(raw_key=third) is None
+    assert ApiKey.all_tenants.filter(bound_to="job:x", revoked_at__isnull=True).count() == 0
