@@ -16,6 +16,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
+from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead, model_fields
 
 from .models import GpuSku
@@ -96,6 +97,14 @@ class Catalog:
                 if sku.name == name:
                     return sku
         return None
+
+
+_CATALOG = EpochCached(("billing_gpusku",), Catalog)
+
+
+def catalog() -> Catalog:
+    """The whole catalog, read again inside a reconcile pass only when a SKU changed (apps.core.epochs)."""
+    return _CATALOG.get()
 
 
 def cost_of(

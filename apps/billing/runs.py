@@ -148,7 +148,7 @@ def _open(jobs: list[Any], now: dt.datetime) -> int:
     if not fresh:
         return 0
     start = _whole(now)
-    catalog = pricing.Catalog()
+    catalog = pricing.catalog()
     reserved = _reserved_gpus(fresh)
     rows = []
     raw = os.urandom(16 * len(fresh))

@@ -64,3 +64,16 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}/{self.object_id}"
+
+
+class TableEpoch(models.Model):
+    """A watched table's epoch (apps.core.epochs): a new value with each write to it, set by database triggers."""
+
+    table_name = models.CharField(max_length=63, primary_key=True)
+    epoch = models.BigIntegerField()
+
+    class Meta:
+        db_table = "core_tableepoch"
+
+    def __str__(self) -> str:
+        return f"{self.table_name}@{self.epoch}"

@@ -20,6 +20,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
 from apps.billing import selectors as billing
+from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead
 from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
@@ -222,6 +223,16 @@ _CEILINGS = PreparedRead(
 
 
 def queue_quotas() -> list[QueueQuota]:
+    """Every queue's limits (read again inside a pass only when a queue or cohort changed: apps.core.epochs)."""
+    return _QUEUE_QUOTAS.get()
+
+
+def tenant_ceilings() -> dict[int, dict[str, int]]:
+    """Each tenant's ceilings, by resource key (read again inside a pass only when a tenant changed)."""
+    return _TENANT_CEILINGS.get()
+
+
+def _queue_quotas() -> list[QueueQuota]:
     out = []
     # Plain rows: a cycle builds no Queue or Cohort models.
     for tenant_id, name, cohort, weight, quotas in _QUEUES.rows():
@@ -240,7 +251,7 @@ def queue_quotas() -> list[QueueQuota]:
     return out
 
 
-def tenant_ceilings() -> dict[int, dict[str, int]]:
+def _tenant_ceilings() -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = {}
     for pk, max_gpus, gpu_type_ceilings, max_cpu, max_memory in _CEILINGS.rows():
         ceiling: dict[str, int] = {}
@@ -255,6 +266,10 @@ def tenant_ceilings() -> dict[int, dict[str, int]]:
         if ceiling:
             out[pk] = ceiling
     return out
+
+
+_QUEUE_QUOTAS = EpochCached(("queueing_queue", "queueing_cohort"), _queue_quotas)
+_TENANT_CEILINGS = EpochCached(("tenants_tenant",), _tenant_ceilings)
 
 
 def budget_rooms(

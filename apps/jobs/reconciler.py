@@ -30,6 +30,7 @@ from apps.cluster.backends.base import (
     WORKLOAD,
     ClusterBackend,
 )
+from apps.core import epochs
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.queueing import kai, kueue
 
@@ -92,6 +93,12 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         self._issued: dict[str, str] = {}
 
     # -- pass-wide state ----------------------------------------------------------------------------------------
+
+    def run_pass(self) -> ReconcileStats:
+        # The small tables a pass reads (queues, tenants, webhook endpoints, SKUs) are read again only when they
+        # changed since this process last read them: one read of their epochs a pass (apps.core.epochs).
+        with epochs.snapshot():
+            return super().run_pass()
 
     def begin_pass(self, observed: dict[str | None, dict[str, list[dict[str, Any]]]]) -> None:
         total, now = 0, timezone.now()

@@ -11,6 +11,7 @@ import datetime as dt
 from typing import Any
 
 from apps.cluster.backends.base import POD, ObjectRef
+from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead
 from apps.queueing.inventory import node_views, sync_gpu_nodes
 from apps.queueing.placement import place, reservation_claims
@@ -22,6 +23,7 @@ from .models import Job
 from .status import set_condition
 
 _SLUGS = PreparedRead(lambda: Tenant.objects.values_list("slug", "pk"))
+_SLUG_IDS = EpochCached(("tenants_tenant",), lambda: dict(_SLUGS.rows()))  # slug -> tenant id
 
 
 class PlacementMixin:
@@ -51,7 +53,7 @@ class PlacementMixin:
         sync_gpu_nodes(nodes, allocated=allocated)
         self.node_views = node_views(nodes, allocated=allocated)
         self.typed_nodes = any(view.gpu_type for view in self.node_views)
-        slugs = dict(_SLUGS.rows())
+        slugs = _SLUG_IDS.get()
         self.claims = reservation_claims(nodes, slugs)
         self.reserved_tenants = {tenant_id for tenant_id in self.claims.values() if tenant_id}
         self.placements: dict[int, dict[str, Any]] = {}

@@ -11,8 +11,9 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.epochs import EpochCached
 from apps.core.periodic import nudge
-from apps.core.prepared import Arg, PreparedRead
+from apps.core.prepared import PreparedRead
 
 from .models import Delivery, Event, WebhookEndpoint
 from .payloads import job_selected
@@ -20,18 +21,26 @@ from .payloads import job_selected
 DRAIN = "deliver-webhooks"
 
 
-_LISTENING = PreparedRead(
-    lambda: WebhookEndpoint.all_tenants.filter(tenant_id__any_of=Arg("tenants"), enabled=True).values_list(
-        "tenant_id", "events"
-    )
-)
+_ENABLED = PreparedRead(lambda: WebhookEndpoint.all_tenants.filter(enabled=True).values_list("tenant_id", "events"))
+
+
+def _subscriptions() -> dict[int, frozenset[str]]:
+    """tenant id -> the event types its enabled endpoints subscribe to."""
+    out: dict[int, set[str]] = {}
+    for tenant_id, events in _ENABLED.rows():
+        out.setdefault(tenant_id, set()).update(events or ())
+    return {tenant_id: frozenset(types) for tenant_id, types in out.items()}
+
+
+# Read again inside a reconcile pass only when an endpoint changed (apps.core.epochs); every pass that changes a
+# job's phase asks.
+_SUBSCRIPTIONS = EpochCached(("webhooks_webhookendpoint",), _subscriptions)
 
 
 def listening(*, tenant_ids: set[int], types: set[str]) -> set[tuple[int, str]]:
-    """The (tenant, type) pairs some enabled endpoint subscribes to (one query, compiled once: every reconcile
-    pass that changes a job's phase asks)."""
-    rows = _LISTENING.rows(tenants=tenant_ids)
-    return {(tenant_id, t) for tenant_id, events in rows for t in events if t in types}
+    """The (tenant, type) pairs some enabled endpoint subscribes to."""
+    subscriptions = _SUBSCRIPTIONS.get()
+    return {(tenant_id, t) for tenant_id in tenant_ids for t in subscriptions.get(tenant_id, ()) if t in types}
 
 
 def write(items: list[dict[str, Any]]) -> int:
