@@ -30,10 +30,9 @@ from django.db import DEFAULT_DB_ALIAS, connections
 T = TypeVar("T")
 TABLE = "core_tableepoch"
 SEQUENCE = "core_tableepoch_seq"
-_STATUS = ("observed_generation", "status_phase", "status_message", "status_applied", "status_reconciled_at")
 # table -> the columns whose UPDATE does not change its epoch (INSERT and DELETE always do).
 WATCHED: dict[str, tuple[str, ...]] = {
-    "tenants_tenant": (*_STATUS, "updated_at"),
+    "tenants_tenant": (),  # every column: the job reconciler keeps whole Tenant rows
     "queueing_cohort": (),
     "queueing_queue": ("status_admitted", "status_pending", "status_updated_at", "updated_at"),
     "webhooks_webhookendpoint": (),

@@ -101,7 +101,7 @@ class PassMixin:
         # Cancelled waiting jobs and those admission decided something new for come with the first chunk.
         chunks = [wanted[start : start + 500] for start in range(0, len(wanted), 500)] or [[]]
         waiting = sorted(decided) if native else []
-        tenants: dict[int, Any] = {}
+        tenants = selectors.tenants_by_id()
         read: set[int] = set()
         for index, chunk in enumerate(chunks):
             jobs = [

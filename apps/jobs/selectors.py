@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from apps.core.epochs import EpochCached
 from apps.core.prepared import Arg, PreparedRead, model_fields
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
@@ -32,6 +33,17 @@ _TO_RECONCILE = PreparedRead(
     )
 )
 _TENANTS = PreparedRead(lambda: Tenant.objects.filter(pk__any_of=Arg("pks")).values_list(*model_fields(Tenant)))
+
+
+_ALL_TENANTS = PreparedRead(lambda: Tenant.objects.values_list(*model_fields(Tenant)))
+# Read again inside a reconcile pass only when a tenant changed (apps.core.epochs).
+_TENANTS_BY_ID = EpochCached(("tenants_tenant",), lambda: {t.pk: t for t in _ALL_TENANTS.models(Tenant)})
+
+
+def tenants_by_id() -> dict[int, Tenant]:
+    """tenant id -> Tenant, for `jobs_to_reconcile` to attach (a copy the caller may add to; the instances are
+    shared between passes: read-only)."""
+    return dict(_TENANTS_BY_ID.get())
 
 
 def jobs_to_reconcile(pks: list[int], waiting: list[int], tenants: dict[int, Tenant]) -> list[Job]:
