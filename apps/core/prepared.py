@@ -118,17 +118,14 @@ def _json_value(value: Any, loads: Callable[[Any], Any] = orjson.loads) -> Any:
 def _column_converter(converters: list[Callable], expression: Any, connection: Any) -> Callable[[Any], Any]:
     """One function for a column's converters: orjson for a plain JSONField's, Django's own otherwise."""
     if len(converters) == 1:
-        bound = converters[0]
-        field = getattr(bound, "__self__", None)
+        only = converters[0]
+        field = getattr(only, "__self__", None)
         if (
             isinstance(field, JSONField)
             and field.decoder is None
-            and getattr(bound, "__func__", None) is JSONField.from_db_value
+            and getattr(only, "__func__", None) is JSONField.from_db_value
         ):
             return _json_value
-
-    if len(converters) == 1:
-        only = converters[0]
         return lambda value: only(value, expression, connection)
 
     def convert(value: Any) -> Any:

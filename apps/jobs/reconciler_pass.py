@@ -20,7 +20,7 @@ from apps.core.periodic import nudge
 from apps.core.prepared import Arg, PreparedUpdate
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants import keys
-from apps.tenants.services import api_key_revoke_bound, api_keys_issue_bound
+from apps.tenants.bound_keys import api_key_revoke_bound, api_keys_issue_bound
 
 from . import manifests, selectors, services
 from .choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
@@ -50,7 +50,7 @@ class PassMixin:
     _finalize: list[int]
     _seen_now: dict[str, tuple]
     _tokens: dict[str, str]
-    _issued: dict[str, str]  # bound_to -> plaintext of the keys this pass issued (their earlier keys go in end_pass)
+    _issued: dict[str, str]  # bound_to -> key id of the key this pass issued (its earlier keys go in end_pass)
     active_rows: list[Any]
     released: set[int]
     freed_after_admission: int = 0
@@ -128,7 +128,7 @@ class PassMixin:
             revoke_earlier=False,  # end_pass() revokes the earlier keys, with the pass's other revocations
         )
         self._tokens.update(issued)
-        self._issued.update(issued)
+        self._issued.update((bound_to, keys.parse_key(raw)[0]) for bound_to, raw in issued.items())
 
     def _fingerprint(self, key: str, row_state: tuple, live: dict[str, dict[str, Any]] | None = None) -> tuple | None:
         """What observing a job depends on: its row's state and its objects' versions (None: unknown versions)."""
@@ -206,7 +206,7 @@ class PassMixin:
                 # The keys of jobs that ended or were evicted, and those issued before the ones this pass issued:
                 # one UPDATE. A job that ended in the pass its key was issued keeps none.
                 ended = set(self._revoke)
-                keep = [keys.parse_key(raw)[0] for bound, raw in self._issued.items() if bound not in ended]
+                keep = [key_id for bound_to, key_id in self._issued.items() if bound_to not in ended]
                 api_key_revoke_bound(bound_to=[*ended, *self._issued], keep=keep)
             if self._finalize:
                 _FINALIZE.run(pks=self._finalize)

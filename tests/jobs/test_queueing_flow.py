@@ -248,8 +248,8 @@ def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, ten
 
 
 def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_when_it_ends(cluster, kube, tenant_a):
+    from apps.tenants.bound_keys import api_keys_issue_bound
     from apps.tenants.models import ApiKey
-    from apps.tenants.services import api_keys_issue_bound
 
     job = gpu_job(tenant_a, "tokened")
     stale = api_keys_issue_bound([(tenant_a, f"job:{job.uid}", ["jobs:report"], "left over")])

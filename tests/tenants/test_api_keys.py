@@ -168,7 +168,8 @@ def test_no_secret_is_stored_or_logged(caplog, tenant_a):
 
 
 def test_bound_keys_replace_earlier_ones_at_once_or_when_the_caller_revokes_keeping_the_new(tenant_a):
-    from apps.tenants.services import api_key_authenticate, api_key_revoke_bound, api_keys_issue_bound
+    from apps.tenants.bound_keys import api_key_revoke_bound, api_keys_issue_bound
+    from apps.tenants.services import api_key_authenticate
 
     first = api_keys_issue_bound([(tenant_a, "job:x", ["jobs:report"], "x")])["job:x"]
     second = api_keys_issue_bound([(tenant_a, "job:x", ["jobs:report"], "x")])["job:x"]
