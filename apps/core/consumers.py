@@ -73,7 +73,15 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": content["action"] + "d", "target": what})
 
     async def gryvia_event(self, message: dict[str, Any]) -> None:
-        event = dict(message["event"])
+        await self._deliver(message["event"])
+
+    async def gryvia_events(self, message: dict[str, Any]) -> None:
+        """Several events for one group, sent together (apps.core.events): delivered one by one, in order."""
+        for event in message["events"]:
+            await self._deliver(event)
+
+    async def _deliver(self, event: dict[str, Any]) -> None:
+        event = dict(event)
         tenant_id, scope = event.pop("_tenant_id", None), event.pop("_scope", None)
         if not self.principal.has_scope(scope, tenant_id):
             return  # e.g. a jobs:read key watching its tenant sees no API key changes

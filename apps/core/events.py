@@ -6,12 +6,16 @@ platform-level changes. Consumers check access before joining any group (apps.co
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
+import os
 import re
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
@@ -31,21 +35,81 @@ def object_group(kind: str, object_id: str) -> str:
 PLATFORM_GROUP = "platform"
 
 
+# Sends from plain sync threads (reconcilers, Celery tasks, management commands) run on one event loop per
+# process, in a daemon thread: `async_to_sync` there would start a thread and a loop for every send (about 0.6 ms
+# of CPU each), and channels_redis would open its connections again for every new loop.
+_SEND_TIMEOUT_S = 30.0
+_BATCH = 100  # events per group message at most (channel layers bound a message's size)
+_loop_lock = threading.Lock()
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop): a forked child starts its own
+
+
+def _delivery_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop[0] != os.getpid() or _loop[1].is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="live-events-delivery", daemon=True).start()
+            _loop = (os.getpid(), loop)
+        return _loop[1]
+
+
+def _in_async_context() -> bool:
+    """Whether this thread runs an event loop, or runs sync code for one (sync_to_async): there async_to_sync
+    sends on that loop, where consumers of the same process (and tests) live."""
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        pass
+    if getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) != os.getpid():
+        return False
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)  # left behind once that call has returned
+    return loop is not None and loop.is_running()
+
+
 def _send(deliveries: list[tuple[list[str], dict[str, Any]]]) -> None:
     """Send every (groups, message) in one trip to the channel layer's event loop."""
     layer = get_channel_layer()
     if layer is None or not deliveries:
         return
 
-    async def send_all() -> None:
-        for groups, message in deliveries:
-            for group in groups:
-                try:
-                    await layer.group_send(group, {"type": "gryvia.event", "event": message})
-                except Exception:  # a live view must never break the write that fed it
-                    logger.exception("could not broadcast %s to %s", message.get("event"), group)
+    # One message per group (a batch, `gryvia.events`, when a trip has several for it): a pass that records forty
+    # events for one tenant makes one group send for the tenant group, not forty. Order within a group is kept.
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for groups, message in deliveries:
+        for group in groups:
+            by_group.setdefault(group, []).append(message)
 
-    async_to_sync(send_all)()
+    async def send_all() -> None:
+        for group, messages in by_group.items():
+            for start in range(0, len(messages), _BATCH):
+                chunk = messages[start : start + _BATCH]
+                if len(chunk) == 1:
+                    payload = {"type": "gryvia.event", "event": chunk[0]}
+                else:
+                    payload = {"type": "gryvia.events", "events": chunk}
+                try:
+                    await layer.group_send(group, payload)
+                except Exception:  # a live view must never break the write that fed it
+                    logger.exception("could not broadcast %d event(s) to %s", len(chunk), group)
+
+    on_layer_loop(send_all, timeout_s=_SEND_TIMEOUT_S, what=f"{len(deliveries)} event(s) dropped")
+
+
+def on_layer_loop(call: Callable[[], Awaitable[Any]], *, timeout_s: float = _SEND_TIMEOUT_S, what: str = "") -> Any:
+    """Run `call()` (a coroutine function using the channel layer) from sync code: on the event loop this thread
+    runs sync code for, if any, else on the process's delivery loop. Whatever uses the layer from plain sync code
+    (a channels_redis flush, say) goes this way, so it meets the connections of the loop they were made on."""
+    if _in_async_context():
+        return async_to_sync(call)()
+    future = asyncio.run_coroutine_threadsafe(call(), _delivery_loop())
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError:
+        future.cancel()
+        logger.warning("live events: the channel layer took over %ss%s", timeout_s, f"; {what}" if what else "")
+        return None
 
 
 def read_scope(kind: str) -> str | None:
