@@ -31,7 +31,7 @@ import json
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -43,6 +43,8 @@ from django.db.models.query import ValuesListIterable
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.sql.constants import CURSOR
 from django.db.models.sql.subqueries import UpdateQuery
+
+T = TypeVar("T")
 
 
 class Arg:
@@ -158,6 +160,15 @@ def _fast_init(model: type[Model]) -> bool:
     )
 
 
+def _converted(row: Any, columns: list[tuple[int, Callable[[Any], Any]]]) -> tuple:
+    if not columns:
+        return tuple(row)
+    row = list(row)
+    for index, convert in columns:
+        row[index] = convert(row[index])
+    return tuple(row)
+
+
 class PreparedRead:
     """`PreparedRead(lambda: Model.objects.filter(...).values_list(...)).rows()`: the QuerySet's rows as tuples."""
 
@@ -166,6 +177,7 @@ class PreparedRead:
         self._compiled: dict[str, tuple[Any, str, tuple, bool]] = {}  # alias -> (unbound compiler, sql, params, args)
         # connection -> (column count, (index, converter) pairs): converters may be bound to a connection's ops.
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._built: dict[Callable, dict[tuple, Any]] = {}  # make -> {fetched row: what it built}, last call
 
     def _compile(self, using: str) -> tuple[Any, str, tuple, bool]:
         entry = self._compiled.get(using)
@@ -204,7 +216,8 @@ class PreparedRead:
             plan = self._plans[connection] = (compiler.col_count if compiler.has_extra_select else None, columns)
         return plan
 
-    def rows(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[tuple]:
+    def _fetch(self, using: str, arguments: Mapping[str, Iterable[Any]]) -> tuple[list, list]:
+        """The rows as the driver gives them (extra columns cut), and the plan of their converters."""
         compiler = self._compiler(using, arguments)
         width, columns = self._plan(compiler)
         cursor = compiler.execute_sql(CURSOR)
@@ -214,14 +227,33 @@ class PreparedRead:
             cursor.close()
         if width is not None:
             fetched = [row[:width] for row in fetched]
+        return fetched, columns
+
+    def rows(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[tuple]:
+        fetched, columns = self._fetch(using, arguments)
         if not columns:
             return [tuple(row) for row in fetched] if fetched and type(fetched[0]) is not tuple else fetched
+        return [_converted(row, columns) for row in fetched]
+
+    def built(self, make: Callable[..., T], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[T]:
+        """`[make(*row) for row in self.rows(...)]`, except that a row equal to one the previous call of `built`
+        fetched (as the driver gives it: before conversion) gets the object built then: no conversion, no new
+        object. For a read a pass runs every cycle whose rows mostly stay as they were (the admitted jobs, the
+        queue heads). The objects, and the values in them, are shared between calls: treat them as read-only."""
+        fetched, columns = self._fetch(using, arguments)
+        previous, memo = self._built.get(make) or {}, {}
         out = []
         for row in fetched:
-            row = list(row)
-            for index, convert in columns:
-                row[index] = convert(row[index])
-            out.append(tuple(row))
+            try:
+                found = previous.get(row)
+            except TypeError:  # an unhashable value (an array column): built each time
+                out.append(make(*_converted(row, columns)))
+                continue
+            if found is None:
+                found = make(*_converted(row, columns))
+            memo[row] = found
+            out.append(found)
+        self._built[make] = memo  # only this call's rows: what the next call may meet again
         return out
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:

@@ -115,35 +115,40 @@ def _waiting_heads_query(per_queue: int) -> QuerySet:
 _WAITING_HEADS: dict[int, PreparedRead] = {}  # per_queue -> its read
 
 
+def _head(
+    pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p, timeout_s,
+    released_at,
+) -> tuple[Demand, tuple[str, str, str], int, int, int]:  # fmt: skip
+    """One row of the heads' read: the job's demand, its (phase, reason, message), its rank in its queue, how many
+    wait in the queue and how many of those are still Pending (the same for every row of a queue)."""
+    demand = Demand(
+        job_id=pk,
+        tenant_id=tenant_id,
+        queue=queue,
+        priority=priority,
+        submitted_at=created_at,
+        request=request,
+        can_preempt=may_preempt,
+        preempting=reason == "WaitingForPreemption",
+        timeout_s=timeout_s,
+        budget_released=released_at is not None,
+    )
+    return demand, (phase, reason, message), rank, n, p
+
+
 def waiting_heads(per_queue: int) -> WaitingHeads:
     """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
-    only what a cycle changes gets written), and how many wait in each queue: one query."""
+    only what a cycle changes gets written), and how many wait in each queue: one query. A head whose row is as
+    the previous pass read it keeps the Demand built then (PreparedRead.built): treat them as read-only."""
     read = _WAITING_HEADS.get(per_queue)
     if read is None:
         read = _WAITING_HEADS.setdefault(per_queue, PreparedRead(lambda: _waiting_heads_query(per_queue)))
-    rows = read.rows()
     demands, status, counts, pending = [], {}, {}, 0
-    for (
-        pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p,
-        timeout_s, released_at,
-    ) in rows:  # fmt: skip
-        demands.append(
-            Demand(
-                job_id=pk,
-                tenant_id=tenant_id,
-                queue=queue,
-                priority=priority,
-                submitted_at=created_at,
-                request=request,
-                can_preempt=may_preempt,
-                preempting=reason == "WaitingForPreemption",
-                timeout_s=timeout_s,
-                budget_released=released_at is not None,
-            )
-        )
-        status[pk] = (phase, reason, message)
+    for demand, state, rank, n, p in read.built(_head):
+        demands.append(demand)
+        status[demand.job_id] = state
         if rank == 1:
-            counts[(tenant_id, queue)] = n
+            counts[(demand.tenant_id, demand.queue)] = n
             pending += p or 0
     return WaitingHeads(demands, status, counts, pending)
 
@@ -185,8 +190,12 @@ _ACTIVE = PreparedRead(_active_query)
 
 def active() -> list[Active]:
     """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
-    and the reconciler (which jobs changed)."""
-    return [Active(pk, str(uid), *rest) for uid, pk, *rest in _ACTIVE.rows()]
+    and the reconciler (which jobs changed). A row as the previous pass read it keeps the Active built then."""
+    return _ACTIVE.built(_active)
+
+
+def _active(uid: Any, pk: int, *rest: Any) -> Active:
+    return Active(pk, str(uid), *rest)
 
 
 def holdings(rows: list[Active] | None = None) -> list[Holding]:

@@ -193,3 +193,30 @@ def test_a_prepared_update_is_the_querysets_update_compiled_once():
     assert set(Job.all_tenants.values_list("reason", flat=True)) == {"Done"}
     with pytest.raises(TypeError, match="missing argument"):
         update.run(pks=[1])
+
+
+def test_built_reuses_what_it_built_for_a_row_that_did_not_change():
+    tenant = make_tenant()
+    first, second = make_job(tenant), make_job(tenant)
+    read = PreparedRead(_query)
+    made = []
+
+    def make(*row):
+        made.append(row[1])
+        return list(row)  # a fresh object per build, so reuse shows as identity
+
+    before = read.built(make)
+    assert before == [list(row) for row in _query()]  # make(*row) of each converted row, in order
+    assert made == [first.name, second.name]
+    Job.all_tenants.filter(pk=second.pk).update(spec={**second.spec, "ttlSecondsAfterFinished": 5})
+    third = make_job(make_tenant())  # another tenant: the first tenant's rows (their window counts) stay the same
+    after = read.built(make)
+    assert after == [list(row) for row in _query()]
+    assert after[0] is before[0]  # the same row as before: the same object, nothing converted
+    assert after[1] is not before[1] and after[1][-1] in (5, "5")  # changed: built again from the new row
+    assert made == [first.name, second.name, second.name, third.name]
+    # Only the previous call's rows are remembered: a row gone and back is built again.
+    Job.all_tenants.filter(pk=first.pk).update(finalized=True)
+    read.built(make)
+    Job.all_tenants.filter(pk=first.pk).update(finalized=False)
+    assert read.built(make)[0] is not before[0]
