@@ -116,13 +116,14 @@ def _record_type(field: models.Field) -> str:
     return cached
 
 
-def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
-    """`UPDATE … FROM json_to_recordset(%s::json)`: one row object per primary key, `hN` saying whether the row sets
-    field N and `vN` its value; `whN`/`wN` the same for conditions. JSON null is SQL NULL."""
+_UPDATES: dict[tuple, tuple[str, dict, dict, list[str], list[Any]]] = {}  # statement shape -> what a call reuses
+
+
+def _update_shape(meta: Any, fields: tuple[str, ...], conditions: tuple[str, ...], exclude: tuple) -> tuple:
+    """The statement for these columns, conditions and exclusions (the same text whatever the rows), how each field
+    and condition travels in a row object, the flags a row must send, and the exclusions' parameters."""
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
-    fields = sorted({name for changes in rows.values() for name in changes})
-    conditions = sorted({name for checks in when.values() for name in checks})
     columns = [f"k {_record_type(meta.pk)}"]
     sets, wheres = [], [f"{table}.{quote(meta.pk.column)} = v.k"]
     for index, name in enumerate(fields):
@@ -139,27 +140,41 @@ def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping
     json_fields = {name for name in (*fields, *conditions) if _record_type(meta.get_field(name)) == "json"}
     positions = {name: (f"h{index}", f"v{index}", name in json_fields) for index, name in enumerate(fields)}
     checked = {name: (f"wh{index}", f"w{index}", name in json_fields) for index, name in enumerate(conditions)}
-    records = []
-    for pk, changes in rows.items():
-        record: dict[str, Any] = {"k": pk}
-        for names, values in ((positions, changes), (checked, when.get(pk) or {})):
-            for name, value in values.items():
-                flag, key, nested = names[name]
-                record[flag], record[key] = True, {"j": value} if nested else value
-        records.append(record)
     # A row leaves out the fields it does not set: json_to_recordset reads them as NULL, so the flags need
     # COALESCE; cheaper to send them false.
     flags = [f"h{i}" for i in range(len(fields))] + [f"wh{i}" for i in range(len(conditions))]
-    for record in records:
-        for flag in flags:
-            record.setdefault(flag, False)
-    terms, extra = _exclusions(meta, exclude, lambda field: f"{table}.{quote(field.column)}")
-    data = fastjson.compact(records, _json_default)
+    terms, extra = _exclusions(meta, dict(exclude), lambda field: f"{table}.{quote(field.column)}")
     sql = (
         f"UPDATE {table} SET {', '.join(sets)} FROM json_to_recordset(%s::json) AS v({', '.join(columns)}) "
         f"WHERE {' AND '.join(wheres + terms)} RETURNING {table}.{quote(meta.pk.column)}"
     )
-    return sql, [data, *extra]
+    return sql, positions, checked, flags, extra
+
+
+def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
+    """`UPDATE … FROM json_to_recordset(%s::json)`: one row object per primary key, `hN` saying whether the row sets
+    field N and `vN` its value; `whN`/`wN` the same for conditions. JSON null is SQL NULL. The statement of a shape
+    (table, columns, conditions, exclusions) is built once per process."""
+    fields = tuple(sorted({name for changes in rows.values() for name in changes}))
+    conditions = tuple(sorted({name for checks in when.values() for name in checks}))
+    excluded = tuple((name, tuple(values)) for name, values in sorted(exclude.items()))
+    key = (meta.label, fields, conditions, excluded)
+    shape = _UPDATES.get(key)
+    if shape is None:
+        if len(_UPDATES) >= 1024:  # shapes are few in practice; a caller varying them endlessly only rebuilds
+            _UPDATES.clear()
+        shape = _UPDATES.setdefault(key, _update_shape(meta, fields, conditions, excluded))
+    sql, positions, checked, flags, extra = shape
+    records = []
+    for pk, changes in rows.items():
+        record: dict[str, Any] = dict.fromkeys(flags, False)
+        record["k"] = pk
+        for names, values in ((positions, changes), (checked, when.get(pk) or {})):
+            for name, value in values.items():
+                flag, key_, nested = names[name]
+                record[flag], record[key_] = True, {"j": value} if nested else value
+        records.append(record)
+    return sql, [fastjson.compact(records, _json_default), *extra]
 
 
 def _update_case(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:
