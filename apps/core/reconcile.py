@@ -91,6 +91,8 @@ class OwnerReconciler(ABC, Generic[Owner]):
     label_selector: str
     # Cluster-scoped kinds last, so namespaced objects go before their namespace.
     delete_order: tuple[str, ...] = ()
+    # The label naming an object's owner key, when that is all owner_key_of() reads (the pass then reads it itself).
+    owner_label: str | None = None
 
     def __init__(self, backend: ClusterBackend, *, max_per_pass: int = 500, budget_s: float = 15.0) -> None:
         self.backend = backend
@@ -196,14 +198,21 @@ class OwnerReconciler(ABC, Generic[Owner]):
         observed: dict[str | None, dict[str, dict[str, Any]]] = {}
         extra: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
         try:
+            label, owner_of = self.owner_label, self.owner_key_of
             for kind in self.managed_kinds:
                 stats.lists += 1
+                # object_key(obj) for an object of the listed kind, inlined: a pass keys every object it lists.
+                prefix, namespaced = f"{kind.kind}/", kind.namespaced
                 for obj in self.backend.list(kind, label_selector=self.label_selector):
-                    observed.setdefault(self.owner_key_of(obj), {})[object_key(obj)] = obj
+                    meta = obj.get("metadata") or {}
+                    owner = (meta.get("labels") or {}).get(label) if label else owner_of(obj)
+                    namespace = (meta.get("namespace") if namespaced else None) or ""
+                    observed.setdefault(owner, {})[f"{prefix}{namespace}/{meta['name']}"] = obj
             for kind in self.observed_kinds:
                 stats.lists += 1
                 for obj in self.backend.list(kind, label_selector=self.label_selector):
-                    extra.setdefault(self.owner_key_of(obj), {}).setdefault(kind.kind, []).append(obj)
+                    owner = ((obj.get("metadata") or {}).get("labels") or {}).get(label) if label else owner_of(obj)
+                    extra.setdefault(owner, {}).setdefault(kind.kind, []).append(obj)
             # What owners() may look at to leave out owners with nothing to do: their live and observed objects.
             self.live_by_owner, self.observed_by_owner = observed, extra
             self.begin_pass(extra)

@@ -62,6 +62,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
     observed_kinds = (POD,)
     label_selector = f"{MANAGED_BY}={MANAGER},{manifests.COMPONENT}=job"
     delete_order = ("Service", "Job", "StatefulSet", "Secret", "PersistentVolumeClaim")
+    owner_label = C.JOB_UID_LABEL
 
     def __init__(self, backend: ClusterBackend, **kw: Any) -> None:
         super().__init__(backend, **kw)

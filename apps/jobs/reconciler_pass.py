@@ -132,14 +132,16 @@ class PassMixin:
 
     def _fingerprint(self, key: str, row_state: tuple, live: dict[str, dict[str, Any]] | None = None) -> tuple | None:
         """What observing a job depends on: its row's state and its objects' versions (None: unknown versions)."""
-        versions = []
-        for obj in (self.live_by_owner.get(key, {}) if live is None else live).values():
-            versions.append((obj.get("metadata") or {}).get("resourceVersion"))
-        for objects in self.observed_by_owner.get(key, {}).values():
-            versions += [(o.get("metadata") or {}).get("resourceVersion") for o in objects]
+        objects = self.live_by_owner.get(key, {}) if live is None else live
+        versions = [(obj.get("metadata") or {}).get("resourceVersion") for obj in objects.values()]
+        observed = self.observed_by_owner.get(key)
+        if observed:
+            for items in observed.values():
+                versions += [(o.get("metadata") or {}).get("resourceVersion") for o in items]
         if None in versions:
             return None
-        return (*row_state, tuple(sorted(versions)))
+        versions.sort()
+        return (*row_state, tuple(versions))
 
     def owners_alive(self, keys: set[str]) -> set[str]:
         """Jobs left out of owners() keep their objects: those with nothing new this pass, and waiting ones (a PVC
