@@ -213,7 +213,8 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
     ending = {job.pk: job for job, reason, _m, _t in events if reason in ENDED_REASONS and job.pk not in opening}
     if not opening and not ending:
         return
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (a reconcile pass's writes): a failure here fails all of it.
+    with transaction.atomic(savepoint=False):
         pks = list(ending)
         for start in range(0, len(pks), 1000):
             runs = open_runs_of_jobs(pks[start : start + 1000])
