@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import SyncToAsync, async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
@@ -80,6 +80,13 @@ def _send(deliveries: list[tuple[list[str], dict[str, Any]]]) -> None:
     for groups, message in deliveries:
         for group in groups:
             by_group.setdefault(group, []).append(message)
+    if isinstance(layer, InMemoryChannelLayer):
+        # An in-process layer's groups are all the listeners there are: a group nobody joined gets nothing, and a
+        # trip with nobody listening is not made.
+        members = layer.groups
+        by_group = {group: messages for group, messages in by_group.items() if members.get(group)}
+        if not by_group:
+            return
 
     async def send_all() -> None:
         for group, messages in by_group.items():

@@ -67,3 +67,22 @@ def test_several_events_for_a_group_make_one_message_in_order(layer):
     message = events.on_layer_loop(lambda: layer.receive(channel), timeout_s=5)
     assert message["type"] == "gryvia.event"
     assert (message["event"]["id"], message["event"]["event"]) == ("c", "job.succeeded")
+
+
+def test_an_in_process_layer_sends_only_to_groups_someone_joined(layer, monkeypatch):
+    from channels.layers import InMemoryChannelLayer
+
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("only an in-process layer knows every listener")
+    trips = []
+    real = events.on_layer_loop
+    monkeypatch.setattr(events, "on_layer_loop", lambda call, **kw: trips.append(call) or real(call, **kw))
+    events._send([_delivery(992, "a", "job.running")])
+    assert trips == []  # nobody listens: no trip to the loop at all
+
+    channel = real(lambda: layer.new_channel("test."))
+    real(lambda: layer.group_add(events.object_group("job", "a"), channel))
+    events._send([_delivery(992, "a", "job.running"), _delivery(992, "b", "job.running")])
+    assert len(trips) == 1
+    message = real(lambda: layer.receive(channel), timeout_s=5)
+    assert (message["type"], message["event"]["id"]) == ("gryvia.event", "a")  # its object's group only
