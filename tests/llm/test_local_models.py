@@ -34,6 +34,27 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
+# The servers this module has running: model name -> (process, log).
+_RUNNING: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+
+def _exit_status(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+
+@pytest.fixture(autouse=True)
+def _servers_stay_up() -> Iterator[None]:
+    """A server that died under a test (a crash at its first completion, say) fails that test with how it ended
+    and its log, rather than with only the client's connection error."""
+    yield
+    dead = [
+        f"{name} died ({_exit_status(proc.returncode)}):\n{_tail(log)}"
+        for name, (proc, log) in _RUNNING.items()
+        if proc.poll() is not None
+    ]
+    assert not dead, "\n".join(dead)
+
+
 def _serve(model: LocalModel, tmp: Path) -> Iterator[str]:
     if model not in local_models.installed():
         missing = [m for m in model.modules if not local_models._importable(m)]
@@ -49,10 +70,11 @@ def _serve(model: LocalModel, tmp: Path) -> Iterator[str]:
             argv, env=local_models.server_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     base = f"http://127.0.0.1:{port}"
+    _RUNNING[model.name] = (proc, log)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
-            assert proc.poll() is None, f"{model.name} exited with {proc.returncode}:\n{_tail(log)}"
+            assert proc.poll() is None, f"{model.name} exited ({_exit_status(proc.returncode)}):\n{_tail(log)}"
             assert time.monotonic() < deadline, f"{model.name} not ready in {READY_TIMEOUT_S} s:\n{_tail(log)}"
             try:
                 if httpx.get(base + model.health_path, timeout=2).status_code == 200:
@@ -62,6 +84,7 @@ def _serve(model: LocalModel, tmp: Path) -> Iterator[str]:
             time.sleep(0.25)
         yield base
     finally:
+        _RUNNING.pop(model.name, None)
         # The server's whole process group: nothing it started outlives the test.
         os.killpg(proc.pid, signal.SIGTERM)
         try:
