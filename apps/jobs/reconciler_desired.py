@@ -98,6 +98,8 @@ class DesiredMixin:
             hit = _DESIRED.get(uid)
             if hit is not None and hit[0] == inputs:
                 return hit[1]
+        else:  # waiting, ending or ended: what was remembered no longer applies (a later start builds afresh)
+            _DESIRED.pop(uid, None)
         out = super().desired_hashed(owner, live)
         manifests_ = [item.load() for item in out]
         if inputs is None and has_workload(manifests_):

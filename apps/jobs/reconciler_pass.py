@@ -185,6 +185,10 @@ class PassMixin:
             live = again
             super()._observe(owner, live, extra, stats)
         key = str(owner.uid)
+        if owner.finalized:  # no later pass reads it (owners() lists jobs not finalized): nothing to remember
+            _SEEN.pop(key, None)
+            self._seen_now.pop(key, None)
+            return
         seen = self._fingerprint(  # as the next pass will see it if nothing changes: the objects as they are now
             key, (owner.phase, owner.generation, owner.observed_generation, owner.cancel_requested_at), live
         )

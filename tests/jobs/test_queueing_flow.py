@@ -247,6 +247,26 @@ def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, ten
     assert len(built) == first_build + 1
 
 
+def test_a_worker_forgets_a_job_once_it_has_ended_and_its_objects_are_collected(cluster, kube, tenant_a):
+    """What a reconciler process remembers of a running job (its built objects, its last observation) goes when the
+    job ends and is collected: a long-running worker's memory follows the jobs that run, not all it ever ran."""
+    from apps.jobs import reconciler_desired, reconciler_pass
+
+    job = gpu_job(tenant_a, "brief", ttlSecondsAfterFinished=0)
+    reconcile_jobs(kube)
+    running_pod(cluster, "brief")
+    reconcile_jobs(kube)
+    key = str(job.uid)
+    assert key in reconciler_desired._DESIRED and key in reconciler_pass._SEEN
+    _set_job_status(cluster, "brief", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    cluster.unseed(POD, "brief-0-pod", NS)
+    reconcile_jobs(kube)  # ends, and its objects go at once (TTL 0)
+    reconcile_jobs(kube)
+    job.refresh_from_db()
+    assert job.phase == "Succeeded" and job.finalized and cluster.stored(JOB, "brief", NS) is None
+    assert key not in reconciler_desired._DESIRED and key not in reconciler_pass._SEEN
+
+
 def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_when_it_ends(cluster, kube, tenant_a):
     from apps.tenants.bound_keys import api_keys_issue_bound
     from apps.tenants.models import ApiKey
