@@ -18,7 +18,8 @@ Gryvia's own agree: finished jobs are collected (TTL 0) by the pass that sees th
 
 Each size runs in a child process with a fresh database: PostgreSQL database `gryvia_bench` (created, migrated with
 `call_command("migrate")` and dropped here), or SQLite in a temporary data dir with `--db sqlite`. REDIS_URL is unset
-(in-process channel layer) and DEBUG is off (no query log), as in a production worker without Redis.
+(in-process channel layer) and DEBUG is off (no query log), as in a production worker without Redis; once the jobs
+are seeded, the child freezes its start-up heap (apps.core.heap), as the Celery worker and `serve` do once started.
 
     python -m benchmarks.admission                       # 150, 1,500 and 15,000 jobs on PostgreSQL
     python -m benchmarks.admission --sizes 150,1500 --db sqlite
@@ -286,6 +287,7 @@ def _child(args: argparse.Namespace) -> int:
     from django.db.models import Count
     from django.utils import timezone
 
+    from apps.core.heap import freeze_startup_heap
     from apps.jobs.choices import TERMINAL_PHASES, JobPhase
     from apps.jobs.models import Job
     from apps.jobs.reconciler import JobReconciler
@@ -310,6 +312,8 @@ def _child(args: argparse.Namespace) -> int:
         # and finished jobs would wait, uncollected, for wall time to catch up with their completion times.
         timezone.now = cluster.clock
         reconciler = JobReconciler(cluster, max_per_pass=10**9, budget_s=1e9)
+        # As the Celery worker and `serve` do once started (the jobs were submitted before this "worker" started).
+        freeze_startup_heap()
         queries = _Queries(by_table=bool(args.profile))
         # CPU time, like the figure it explains (waits on the database server are not counted).
         profiler = cProfile.Profile(time.process_time) if args.profile else None

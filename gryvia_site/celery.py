@@ -3,9 +3,18 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gryvia_site.settings.base")
 
 app = Celery("gryvia")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def _freeze_startup_heap(**_kwargs) -> None:
+    """Each worker process, once started: full collections stop walking what it keeps for life (apps.core.heap)."""
+    from apps.core.heap import freeze_startup_heap
+
+    freeze_startup_heap()

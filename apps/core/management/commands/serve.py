@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from apps.cluster.backends import set_backend
+from apps.core.heap import freeze_startup_heap
 from apps.core.periodic import Ticker
 from apps.llm.gateway.meter import meter
 
@@ -26,11 +27,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=None)
 
     def handle(self, *args, host: str, port: int | None, **options) -> None:
+        from gryvia_site.asgi import application
+
+        # Loaded before the ticker starts: what the process keeps for life is no longer walked by full collections.
+        freeze_startup_heap()
         ticker = None if settings.REDIS_URL else Ticker()
         if ticker is not None:
             ticker.start()
         config = uvicorn.Config(
-            "gryvia_site.asgi:application",
+            application,
             host=host,
             port=port or settings.GRYVIA_PORT,
             lifespan="off",

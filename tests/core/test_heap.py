@@ -1,0 +1,27 @@
+"""apps.core.heap: what a started process keeps for life leaves the collector's generations."""
+
+from __future__ import annotations
+
+import gc
+
+from apps.core.heap import freeze_startup_heap
+
+
+def test_the_startup_heap_is_frozen_and_later_objects_are_collected_as_before():
+    try:
+        before = [object()]  # alive at start-up
+        frozen = freeze_startup_heap()
+        assert frozen == gc.get_freeze_count() > 0
+        assert not any(o is before for o in gc.get_objects())  # no generation walks it now
+        later = [object()]
+        assert any(o is later for o in gc.get_objects())
+    finally:
+        gc.unfreeze()  # the rest of the test session collects as usual
+
+
+def test_the_celery_worker_freezes_each_worker_process_once_started():
+    from celery.signals import worker_process_init
+
+    from gryvia_site import celery
+
+    assert celery._freeze_startup_heap in [ref() for _key, ref in worker_process_init.receivers]
