@@ -26,7 +26,8 @@ run: install
 # portable (GGML_NATIVE=OFF: AVX2/FMA/F16C, no -march=native) into a wheelhouse of its own: a wheel built for the
 # CPU that built it can die with SIGILL at its first completion on a host that lacks one of that CPU's instructions
 # (AVX-512), and pip's own cache would hand such a wheel to any later install, whatever CMAKE_ARGS says.
-LLAMA_VERSION := 0.3.36
+# The version pinned in pyproject.toml's `models` extra (one pin: the wheelhouse always holds the pinned build).
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_WHEELS ?= $(HOME)/.cache/gryvia/llama-cpp-portable
 models: install
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
