@@ -43,7 +43,7 @@ from collections import Counter
 from typing import Any
 
 DEFAULT_SIZES = (150, 1500, 15000)
-DB_NAME = "gryvia_bench"
+DB_NAME = os.environ.get("GRYVIA_BENCH_DB", "gryvia_bench")  # another name lets two runs share a server
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432"
 QUEUES_PER_TENANT = 3
 TENANTS = 10

@@ -60,11 +60,17 @@ class PassMixin:
         changed since this process last looked, and of the waiting ones only those admission decided something new
         for (or that were cancelled). The others wait in their queues untouched."""
         native = self.mode == "native"
-        decided = {
-            pk
-            for pk, d in self.decisions.items()
-            if d.outcome != "wait" or self.head_status.get(pk) != (JobPhase.QUEUED, d.reason, d.message)
-        }
+        decided = set()
+        for pk, d in self.decisions.items() if native else ():
+            if d.outcome == "wait":
+                phase, reason, message = self.head_status.get(pk) or ("", "", "")
+                if phase == JobPhase.QUEUED:
+                    # Still queued, for a reason of its own: only its reason and message change (no event, nothing
+                    # in the cluster), written by end_pass() without reading the job.
+                    if (reason, message) != (d.reason, d.message):
+                        self._changes.setdefault(pk, {}).update(reason=d.reason, message=d.message)
+                    continue
+            decided.add(pk)
         if native:  # the admitted and ended jobs begin_pass read (admission_inputs.active), then the waiting ones
             rows = [
                 (r.pk, r.uid, r.phase, r.generation, r.observed_generation, r.cancel_requested_at, *r[-2:])
@@ -200,7 +206,8 @@ class PassMixin:
         with transaction.atomic():  # status, its events and their webhook outbox rows: all or none
             written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
             for pk in set(self._changes) - written:  # became terminal meanwhile: its events did not happen
-                self._jobs[pk].refresh_from_db()
+                if pk in self._jobs:  # (a waiting job's new reason was written without reading the job)
+                    self._jobs[pk].refresh_from_db()
             events = [e for e in self._events if e[0].pk in written]
             if self._status:
                 bulk_set(
