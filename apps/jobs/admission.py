@@ -162,7 +162,7 @@ class _State:
             shared = set.intersection(*(set(m.nominal) for m in members))
             self.cohort_pool[name] = {r: sum(m.nominal[r] for m in members) for r in shared}
         self.cohort_used: dict[str, dict[str, int]] = defaultdict(dict)
-        self._pools: dict[tuple[int, str], dict[str, int]] = {}
+        self._pools: dict[tuple[int, str], list[tuple[str, int]]] = {}  # queue -> (resource, cohort's amount)
         self._members: dict[tuple[int, str], list[QueueQuota]] = {}
         self._max_lendable: dict[tuple[tuple[int, str], str], int] = {}
         self.ceilings = ceilings
@@ -172,7 +172,9 @@ class _State:
         self.tenant_used: dict[int, dict[str, int]] = defaultdict(dict)
         held: dict[tuple[int, str], dict[str, int]] = {}  # usage is additive: one take() per queue, not per job
         for holding in holdings:
-            _add(held.setdefault((holding.tenant_id, holding.queue), {}), holding.request)
+            into = held.setdefault((holding.tenant_id, holding.queue), {})
+            for resource, amount in holding.request.items():  # (_add, inlined: once per admitted job)
+                into[resource] = into.get(resource, 0) + amount
         for (tenant_id, queue), request in held.items():
             self.take(tenant_id, queue, request)
 
@@ -187,8 +189,12 @@ class _State:
                 self.free[resource] -= sign * amount
 
     def within_nominal(self, queue: QueueQuota, request: Mapping[str, int]) -> bool:
-        used = self.used[queue.key]
-        return all(used.get(r, 0) + amount <= queue.nominal[r] for r, amount in request.items() if r in queue.nominal)
+        used, nominal = self.used[queue.key], queue.nominal
+        for resource, amount in request.items():  # (a loop: asked for every job tried and re-keyed)
+            limit = nominal.get(resource)
+            if limit is not None and used.get(resource, 0) + amount > limit:
+                return False
+        return True
 
     def queue_of(self, tenant_id: int, name: str) -> QueueQuota:
         found = self.queues.get((tenant_id, name))
@@ -240,14 +246,19 @@ class _State:
         """The tenant's largest share of any resource its cohort (or queue) provides, over its queue's weight."""
         pool = self._pools.get(queue.key)
         if pool is None:  # what the cohort provides does not change within a cycle
-            pool = {}
+            total: dict[str, int] = {}
             for member in [queue, *self.cohort_members(queue)]:
-                _add(pool, member.nominal)
-            if not pool:
-                pool = {k: v for k, v in self.capacity.items() if v > 0}
-            self._pools[queue.key] = pool
-        used = self.tenant_used.get(tenant_id, {})
-        share = max((used.get(k, 0) / v for k, v in pool.items() if v > 0), default=0.0)
+                _add(total, member.nominal)
+            if not total:
+                total = dict(self.capacity)
+            pool = self._pools[queue.key] = [(k, v) for k, v in total.items() if v > 0]
+        used = self.tenant_used.get(tenant_id)
+        share = 0.0
+        if used:
+            for resource, amount in pool:
+                held = used.get(resource)
+                if held and held / amount > share:
+                    share = held / amount
         return share / (queue.weight or 1.0)
 
 
@@ -496,18 +507,19 @@ def admit(
                 break
     # What each waiting job misses, at the end of the cycle (jobs of one tenant and queue asking for the same
     # miss the same).
-    misses: dict[tuple, str | None] = {}
-    for line in remaining.values():
+    misses: dict[tuple, tuple[str | None, str]] = {}  # (queue, request) -> (what is missing, reason)
+    for key, line in remaining.items():
+        queue = state.queue_of(*key)
         for demand in line:
             if demand.job_id in over:
                 decisions[demand.job_id] = Decision(demand.job_id, "wait", "BudgetExceeded", over[demand.job_id])
                 continue
-            queue = state.queue_of(demand.tenant_id, demand.queue)
-            ask = (queue.key, tuple(demand.request.items()))
-            if ask not in misses:
-                misses[ask] = _missing(state, demand, queue)[0]
-            missing = misses[ask]
-            reason = _reason(missing)
+            ask = (key, tuple(demand.request.items()))
+            found = misses.get(ask)
+            if found is None:
+                missing = _missing(state, demand, queue)[0]
+                found = misses[ask] = (missing, _reason(missing))
+            missing, reason = found
             if demand.job_id in preempting:
                 names = ", ".join(str(v.job_id) for v in preempting[demand.job_id])
                 missing, reason = f"{missing}; preempting job(s) {names}", "WaitingForPreemption"

@@ -198,23 +198,38 @@ def _active(uid: Any, pk: int, *rest: Any) -> Active:
     return Active(pk, str(uid), *rest)
 
 
+# id(Active) -> (that Active, its Holding), for the rows of the last call: an Active the read reused (its row did not
+# change) keeps its Holding. Only ever a shortcut.
+_HELD: dict[int, tuple[Active, Holding]] = {}
+
+
 def holdings(rows: list[Active] | None = None) -> list[Holding]:
-    """What admitted jobs hold (a preempted job holds its share until its pods are gone)."""
-    return [
-        Holding(
-            row.pk,
-            row.tenant_id,
-            row.queue,
-            row.request,
-            row.borrowing,
-            priority=row.priority,
-            admitted_at=row.admitted_at,
-            evicting=row.phase == JobPhase.PREEMPTED,
-            timeout_s=row.timeout_s,
-        )
-        for row in (active() if rows is None else rows)
-        if row.phase in HOLDING_PHASES
-    ]
+    """What admitted jobs hold (a preempted job holds its share until its pods are gone). A row unchanged since the
+    previous call (the same Active: `active()` reuses them) keeps the Holding built then: treat them as read-only."""
+    global _HELD
+    previous, kept, out = _HELD, {}, []
+    for row in active() if rows is None else rows:
+        if row.phase not in HOLDING_PHASES:
+            continue
+        hit = previous.get(id(row))
+        if hit is not None and hit[0] is row:
+            holding = hit[1]
+        else:
+            holding = Holding(
+                row.pk,
+                row.tenant_id,
+                row.queue,
+                row.request,
+                row.borrowing,
+                priority=row.priority,
+                admitted_at=row.admitted_at,
+                evicting=row.phase == JobPhase.PREEMPTED,
+                timeout_s=row.timeout_s,
+            )
+        kept[id(row)] = (row, holding)
+        out.append(holding)
+    _HELD = kept
+    return out
 
 
 def _limits(vector: dict[str, float]) -> dict[str, int | None]:
