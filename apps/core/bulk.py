@@ -279,21 +279,27 @@ def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *,
     adapts datetimes, Decimals and UUIDs itself; else prepared as the ORM would)."""
     meta = model._meta
     now = timezone.now()
-    fields = [f for f in meta.concrete_fields if not f.primary_key or any(f.attname in r for r in rows)]
+    given = rows[0].keys()
+    uniform = all(row.keys() == given for row in rows)  # (the usual case: every row names the same fields)
+    fields = [
+        f
+        for f in meta.concrete_fields
+        if not f.primary_key or (f.attname in given if uniform else any(f.attname in r for r in rows))
+    ]
     columns = []
     for field in fields:
-        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-            default: Any = now
-        elif field.has_default():
-            default = field.get_default()
-        elif field.null:
-            default = None
-        else:
-            default = _Missing(field)
         name = field.attname
-        if all(name in row for row in rows):
+        if name in given and (uniform or all(name in row for row in rows)):
             values = [row[name] for row in rows]
         else:
+            if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+                default: Any = now
+            elif field.has_default():
+                default = field.get_default()
+            elif field.null:
+                default = None
+            else:
+                default = _Missing(field)
             values = [row[name] if name in row else _given(default) for row in rows]
         if raw and field.get_internal_type() == "JSONField" and field.encoder is None:
             # COPY's text format: the JSON text itself, encoded by orjson (None is JSON null, as get_db_prep_value
