@@ -81,6 +81,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         self.now = timezone.now()
         self.head_status: dict[int, tuple[str, str, str]] = {}
         self.active_rows: list[admission_inputs.Active] = []
+        self.fingerprints: dict[int, tuple | None] = {}  # admitted and ended jobs' (see PassMixin._fingerprint)
         self.released: set[int] = set()  # admitted jobs whose workload ended: free for this pass's admission
         # Writes buffered during the pass, flushed by end_pass(): job pk -> changed fields, events, revocations.
         self._changes: dict[int, dict[str, Any]] = {}
@@ -127,9 +128,17 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         heads = admission_inputs.waiting_heads(settings.GRYVIA_ADMISSION_HEADS)
         self.head_status = heads.status
         self.active_rows = admission_inputs.active()
+        self.fingerprints = self._fingerprints()  # (owners() reads them too)
         # A job whose workload has ended is marked finished by this pass's observe(): what it held is free for this
-        # pass's admission already, so a finish and the admissions it allows take one pass, not two.
-        self.released = self._ended({row.pk: row.uid for row in self.active_rows if row.phase in HOLDING_PHASES})
+        # pass's admission already, so a finish and the admissions it allows take one pass, not two. One whose row
+        # and objects are as this process last observed them has not ended since (an end changes its workload).
+        self.released = self._ended(
+            {
+                row.pk: row.uid
+                for row in self.active_rows
+                if row.phase in HOLDING_PHASES and not self._as_last_observed(row.uid, self.fingerprints[row.pk])
+            }
+        )
         held = [h for h in admission_inputs.holdings(self.active_rows) if h.job_id not in self.released]
         waiting, budgets = admission_inputs.budget_rooms(heads.demands, held, now)  # one query if a hard budget
         self.decisions = {
@@ -181,7 +190,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
     # -- owners -------------------------------------------------------------------------------------------------
 
     def owner_key(self, owner: Job) -> str:
-        return str(owner.uid)
+        return owner.uid_text
 
     def owner_key_of(self, obj: dict[str, Any]) -> str | None:
         return _labels(obj).get(C.JOB_UID_LABEL)
@@ -356,7 +365,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         changes["conditions"] = set_condition(
             job.conditions, type="Ready", status=False, reason=reason or phase, message=message, now=now
         )
-        self._revoke.append(f"job:{job.uid}")
+        self._revoke.append(f"job:{job.uid_text}")
         kind = "Warning" if phase == JobPhase.FAILED else "Normal"
         self._update(job, events=[(phase, message or reason or phase, kind)], **changes)
 

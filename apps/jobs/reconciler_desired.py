@@ -56,7 +56,7 @@ class DesiredMixin:
 
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
-        common = {"name": owner.name, "namespace": ns, "uid": str(owner.uid), "tenant": tenant}
+        common = {"name": owner.name, "namespace": ns, "uid": owner.uid_text, "tenant": tenant}
         pvc = manifests.data_pvc(spec, **common)
         keep = [pvc] if pvc is not None else []
         decision = self.decisions.get(owner.pk)
@@ -92,7 +92,7 @@ class DesiredMixin:
         """A running job's objects are built and hashed once per set of inputs (`_steady_inputs`), when its workload
         is created, not again each pass its pods change: later passes compare the remembered hashes, and decode a
         fresh copy of a manifest from its JSON only to apply it again."""
-        uid = str(owner.uid)
+        uid = owner.uid_text
         inputs = self._steady_inputs(owner) if has_workload(live.values()) else None
         if inputs is not None:
             hit = _DESIRED.get(uid)
@@ -155,8 +155,8 @@ class DesiredMixin:
 
     def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created
-            token = self._tokens.pop(f"job:{owner.uid}", None) or api_key_issue_bound(
-                tenant=owner.tenant, bound_to=f"job:{owner.uid}", scopes=[JOBS_REPORT], name=f"job {owner.name}"
+            token = self._tokens.pop(f"job:{owner.uid_text}", None) or api_key_issue_bound(
+                tenant=owner.tenant, bound_to=f"job:{owner.uid_text}", scopes=[JOBS_REPORT], name=f"job {owner.name}"
             )
             return {**manifest, "stringData": {"token": token}}
         if manifest["kind"] == "Service":
@@ -167,7 +167,7 @@ class DesiredMixin:
                     owner.typed_spec,
                     name=owner.name,
                     namespace=owner.tenant.namespace,
-                    uid=str(owner.uid),
+                    uid=owner.uid_text,
                     tenant=owner.tenant.slug,
                     owner=workload,
                 )["metadata"]["ownerReferences"]

@@ -52,6 +52,7 @@ class PassMixin:
     _tokens: dict[str, str]
     _issued: dict[str, str]  # bound_to -> key id of the key this pass issued (its earlier keys go in end_pass)
     active_rows: list[Any]
+    fingerprints: dict[int, tuple | None]
     released: set[int]
     freed_after_admission: int = 0
 
@@ -90,7 +91,10 @@ class PassMixin:
         for pk, uid, phase, generation, observed_generation, cancel_at, completion_time, ttl in rows:
             key = str(uid)
             self.candidate_keys.add(key)
-            seen = self._fingerprint(key, (phase, generation, observed_generation, cancel_at))
+            if native:  # begin_pass computed them (apps.jobs.reconciler)
+                seen = self.fingerprints.get(pk)
+            else:
+                seen = self._fingerprint(key, (phase, generation, observed_generation, cancel_at))
             if (
                 not native
                 or pk in self.decisions
@@ -116,7 +120,7 @@ class PassMixin:
                 if job.pk not in read  # a cancelled waiting job matches every chunk's query
             ]
             read.update(job.pk for job in jobs)
-            self.candidate_keys.update(str(job.uid) for job in jobs)
+            self.candidate_keys.update(job.uid_text for job in jobs)
             self._issue_tokens(jobs)
             yield from jobs
 
@@ -127,14 +131,26 @@ class PassMixin:
             for job in jobs
             if getattr(self.decisions.get(job.pk), "outcome", None) == "admit"
             and f"Secret/{job.tenant.namespace}/{manifests.names(job.name)['secret']}"
-            not in self.live_by_owner.get(str(job.uid), {})
+            not in self.live_by_owner.get(job.uid_text, {})
         ]
         issued = api_keys_issue_bound(
-            [(job.tenant_id, f"job:{job.uid}", [JOBS_REPORT], f"job {job.name}") for job in starting],
+            [(job.tenant_id, f"job:{job.uid_text}", [JOBS_REPORT], f"job {job.name}") for job in starting],
             revoke_earlier=False,  # end_pass() revokes the earlier keys, with the pass's other revocations
         )
         self._tokens.update(issued)
         self._issued.update((bound_to, keys.parse_key(raw)[0]) for bound_to, raw in issued.items())
+
+    def _fingerprints(self) -> dict[int, tuple | None]:
+        """Each admitted or ended job's fingerprint now (job pk -> None when its objects' versions are unknown)."""
+        fingerprint = self._fingerprint
+        return {
+            r.pk: fingerprint(r.uid, (r.phase, r.generation, r.observed_generation, r.cancel_requested_at))
+            for r in self.active_rows
+        }
+
+    def _as_last_observed(self, uid: str, fingerprint: tuple | None) -> bool:
+        """Whether the job's row and objects are as this process's last observation of it left them."""
+        return fingerprint is not None and _SEEN.get(uid) == fingerprint
 
     def _fingerprint(self, key: str, row_state: tuple, live: dict[str, dict[str, Any]] | None = None) -> tuple | None:
         """What observing a job depends on: its row's state and its objects' versions (None: unknown versions)."""
@@ -190,7 +206,7 @@ class PassMixin:
                 return
             live = again
             super()._observe(owner, live, extra, stats)
-        key = str(owner.uid)
+        key = owner.uid_text
         if owner.finalized:  # no later pass reads it (owners() lists jobs not finalized): nothing to remember
             _SEEN.pop(key, None)
             self._seen_now.pop(key, None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils.functional import cached_property
 
 from apps.core.models import TenantOwnedModel
 
@@ -74,6 +75,11 @@ class Job(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.name
+
+    @cached_property
+    def uid_text(self) -> str:
+        """`str(self.uid)`, made once per instance (a reconcile pass names each job it handles by it a dozen times)."""
+        return str(self.uid)
 
     @property
     def typed_spec(self) -> JobSpec:
