@@ -8,7 +8,7 @@ so rows are exactly what iterating the QuerySet gives. `models()` turns them int
 
 Converting rows is most of what a read of a few hundred rows costs the client, so it is planned once per connection:
 a column whose only converter is `JSONField.from_db_value` (no custom decoder) is decoded without Django's
-per-value dispatch (short documents by orjson, where it gives the same values), any other column keeps
+per-value dispatch (by orjson, where it gives the same values), any other column keeps
 Django's converters, called as Django calls them. Models without `pre_init`/`post_init`
 receivers and without their own `__init__` or `from_db` are built without going through `Model.__init__`, as
 `Model.from_db` would build them: the same attributes, the same state.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -95,20 +94,22 @@ ForeignObject.register_lookup(AnyOf)  # relations take their lookups from Foreig
 
 
 # 19 digits in a row: what an integer orjson cannot read exactly (beyond 64 bits; it gives a float) must contain.
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
+# Found by mapping every digit to "0" (bytes.translate, a table lookup in C) and looking for 19 of them: several
+# times cheaper than a regular expression over a document, and UTF-8 never puts an ASCII digit inside a wider letter.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
+_LONG_DIGITS = b"0" * 19
 
 
 def _json_value(value: Any, loads: Callable[[Any], Any] = orjson.loads) -> Any:
     """`JSONField.from_db_value` for a field without a custom decoder. A document that cannot hold an integer
     beyond 64 bits (no 19 digits in a row) is decoded by orjson, which gives the same values as `json.loads` for
-    it; any other, and a long one (where looking for the digits costs more than orjson saves), by `json.loads`."""
+    it; any other (and any orjson refuses, such as NaN) by `json.loads`."""
     if value.__class__ is str:
-        size = len(value)
-        if size < 19 or (size < 160 and _LONG_DIGITS.search(value) is None):
-            try:
+        try:
+            if len(value) < 19 or _LONG_DIGITS not in value.encode().translate(_DIGITS_AS_ZERO):
                 return loads(value)
-            except orjson.JSONDecodeError:
-                pass
+        except (orjson.JSONDecodeError, UnicodeEncodeError):  # (a lone surrogate: json.loads reads it)
+            pass
     elif value is None or not isinstance(value, bytes):
         return value  # NULL; or a key transform SQLite extracted as its SQL type
     try:

@@ -220,3 +220,17 @@ def test_built_reuses_what_it_built_for_a_row_that_did_not_change():
     read.built(make)
     Job.all_tenants.filter(pk=first.pk).update(finalized=False)
     assert read.built(make)[0] is not before[0]
+
+
+def test_long_json_documents_keep_their_big_integers_and_odd_values():
+    tenant = make_tenant()
+    job = make_job(tenant)
+    padding = "x" * 300  # a document longer than any short-document shortcut
+    long_big = {"pad": padding, "n": 2**64 + 1, "list": [-(2**63) - 1, 1.25]}
+    long_plain = {"pad": padding, "é": "ü", "n": 2**63 - 1, "when": "2026-12-06T00:40:29.331445+00:00"}
+    Job.all_tenants.filter(pk=job.pk).update(placement=long_big, request=long_plain)
+    names = ("placement", "request")
+    [row] = PreparedRead(lambda: Job.all_tenants.filter(pk=job.pk).values_list(*names)).rows()
+    assert row == tuple(Job.all_tenants.filter(pk=job.pk).values_list(*names).get())
+    assert type(row[0]["n"]) is int and row[0]["n"] == 2**64 + 1 and row[0]["list"][0] == -(2**63) - 1
+    assert row[1] == long_plain
