@@ -71,6 +71,19 @@ class Job(TenantOwnedModel):
                 name="job_queue_order_idx",
                 condition=models.Q(phase__in=WAITING_PHASES),
             ),
+            # The few jobs past admission and not yet finalized, among thousands waiting or done: what every
+            # reconcile pass reads (apps.jobs.admission_inputs.active) without scanning the table.
+            models.Index(
+                fields=["id"],
+                name="job_admitted_idx",
+                condition=models.Q(finalized=False) & ~models.Q(phase__in=WAITING_PHASES),
+            ),
+            # Waiting jobs being cancelled: each pass reads them (apps.jobs.selectors.jobs_to_reconcile).
+            models.Index(
+                fields=["id"],
+                name="job_cancelled_waiting_idx",
+                condition=models.Q(finalized=False, cancel_requested_at__isnull=False, phase__in=WAITING_PHASES),
+            ),
         ]
 
     def __str__(self) -> str:
