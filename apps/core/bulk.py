@@ -125,7 +125,10 @@ def _update_shape(meta: Any, fields: tuple[str, ...], conditions: tuple[str, ...
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
     columns = [f"k {_record_type(meta.pk)}"]
-    sets, wheres = [], [f"{table}.{quote(meta.pk.column)} = v.k"]
+    # The keys again, as an array: the planner then finds the rows by primary key whatever it guesses of the
+    # table's size and of the recordset's (a function it estimates at 100 rows), never by scanning the table.
+    pk_column = f"{table}.{quote(meta.pk.column)}"
+    sets, wheres = [], [f"{pk_column} = ANY(%s::{_record_type(meta.pk)}[])", f"{pk_column} = v.k"]
     for index, name in enumerate(fields):
         field = meta.get_field(name)
         column = quote(field.column)
@@ -174,7 +177,7 @@ def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping
                 flag, key_, nested = names[name]
                 record[flag], record[key_] = True, {"j": value} if nested else value
         records.append(record)
-    return sql, [fastjson.compact(records, _json_default), *extra]
+    return sql, [fastjson.compact(records, _json_default), list(rows), *extra]
 
 
 def _update_case(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:

@@ -52,7 +52,8 @@ def test_bulk_set_statement_text_does_not_grow_with_the_rows():
         texts.append(queries[0]["sql"])
     if connection.vendor == "postgresql":  # the rows' JSON is rendered into the logged SQL; the template is fixed
         templates = [re.sub(r"'\[.*\]'::json", "?", text) for text in texts]
-        assert templates[0] == templates[1] and "json_to_recordset(?)" in templates[0]
+        templates = [re.sub(r"ANY\(.*?::bigint\[\]\)", "ANY(?)", text) for text in templates]  # and the keys
+        assert templates[0] == templates[1] and "json_to_recordset(?)" in templates[0], templates
     assert [j.reason for j in Job.all_tenants.filter(pk__in=[j.pk for j in jobs]).order_by("pk")] == [
         f"r{j.pk}" for j in jobs
     ]
