@@ -12,8 +12,10 @@ and `get()` return the stored dicts without copying; callers must treat them as 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import heapq
 import itertools
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -56,6 +58,21 @@ def _matches(labels: dict[str, str], terms: tuple[tuple[str, str, str | None], .
     return True
 
 
+def _timed(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds the call's duration to `busy_s`: what the cluster's side of the calls costs (a real API server's work,
+    done in this process here; the calls never block, so their wall time is their CPU time)."""
+
+    @functools.wraps(method)
+    def timed(self: SimulatedCluster, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.busy_s += time.perf_counter() - started
+
+    return timed
+
+
 def _type_key(kind: ResourceKind) -> str:
     return f"{kind.api_version}/{kind.kind}"
 
@@ -73,6 +90,7 @@ class SimulatedCluster:
         self.jobs_started = 0
         self.jobs_completed = 0
         self.jobs_deleted = 0  # batch Jobs deleted (evictions, collection)
+        self.busy_s = 0.0  # time spent inside apply/create/get/list/delete (see _timed)
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self._versions = itertools.count(1)
         self._finishes: list[tuple[float, int, str, str, str]] = []  # (finish, seq, namespace, name, uid)
@@ -171,11 +189,13 @@ class SimulatedCluster:
 
     # -- ClusterBackend -------------------------------------------------------------------------------------------
 
+    @_timed
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
         self.calls[f"apply {ref.kind.kind}"] += 1
         return self._put(ref, manifest)
 
+    @_timed
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.calls["create"] += 1
         ref = ObjectRef.of(manifest)
@@ -183,6 +203,7 @@ class SimulatedCluster:
             raise ConflictError(f"{ref} already exists")
         return self._put(ref, manifest)
 
+    @_timed
     def get(self, ref: ObjectRef) -> dict[str, Any]:
         self.calls["get"] += 1
         obj = self._objects.get(_type_key(ref.kind), {}).get((ref.namespace or "", ref.name))
@@ -190,6 +211,7 @@ class SimulatedCluster:
             raise NotFoundError(f"{ref} not found")
         return obj
 
+    @_timed
     def list(self, kind: ResourceKind, *, label_selector: str = "", namespace: str | None = None) -> list[dict]:
         self.calls["list"] += 1
         terms = _selector(label_selector)
@@ -199,6 +221,7 @@ class SimulatedCluster:
             if (namespace is None or ns == namespace) and _matches(obj["metadata"].get("labels") or {}, terms)
         ]
 
+    @_timed
     def delete(self, ref: ObjectRef, *, grace_period_s: int | None = None, uid: str | None = None) -> bool:
         self.calls[f"delete {ref.kind.kind}"] += 1
         bucket = self._objects.get(_type_key(ref.kind), {})
