@@ -50,6 +50,7 @@ class PassMixin:
     _finalize: list[int]
     _seen_now: dict[str, tuple]
     _tokens: dict[str, str]
+    _write_queue_status: Any
     _issued: dict[str, str]  # bound_to -> key id of the key this pass issued (its earlier keys go in end_pass)
     active_rows: list[Any]
     fingerprints: dict[int, tuple | None]
@@ -220,6 +221,8 @@ class PassMixin:
     def end_pass(self) -> None:
         """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk."""
         with transaction.atomic():  # status, its events and their webhook outbox rows: all or none
+            for pk in self._changes.keys() & set(self._finalize):  # ended and collected in this pass: one write
+                self._changes[pk]["finalized"] = True
             written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
             for pk in set(self._changes) - written:  # became terminal meanwhile: its events did not happen
                 if pk in self._jobs:  # (a waiting job's new reason was written without reading the job)
@@ -237,8 +240,10 @@ class PassMixin:
                 ended = set(self._revoke)
                 keep = [key_id for bound_to, key_id in self._issued.items() if bound_to not in ended]
                 api_key_revoke_bound(bound_to=[*ended, *self._issued], keep=keep)
-            if self._finalize:
-                _FINALIZE.run(pks=self._finalize)
+            rest = [pk for pk in self._finalize if pk not in written]  # (finalized with its status otherwise)
+            if rest:
+                _FINALIZE.run(pks=rest)
+            self._write_queue_status()  # computed by begin_pass's admission (apps.jobs.reconciler_placement)
             services.job_events_record(events)
             # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):
             # another pass at once admits what it now allows, rather than at the next tick.

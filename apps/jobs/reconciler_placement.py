@@ -36,6 +36,7 @@ class PlacementMixin:
     reserved_tenants: set[int]
     placements: dict[int, dict[str, Any]]
     unplaced: dict[int, str]
+    _queue_status: tuple[dict, dict] | None = None  # (admitted, pending) for queue_status_sync, until end_pass
 
     def _inventory(
         self, nodes: list[dict[str, Any]], observed: dict[str | None, dict[str, list[dict[str, Any]]]]
@@ -97,7 +98,8 @@ class PlacementMixin:
         return record
 
     def _record_queue_status(self, heads: admission_inputs.WaitingHeads, held: list[Any]) -> None:
-        """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle."""
+        """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle: written by
+        `_write_queue_status` in end_pass's transaction (one commit a pass, not two)."""
         admitted: dict[tuple[int, str], dict[str, int]] = {}
         newly = [d for d in heads.demands if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
         for item in [*held, *newly]:
@@ -110,7 +112,13 @@ class PlacementMixin:
             if decision is not None and decision.outcome != "wait":
                 key = (demand.tenant_id, demand.queue)
                 pending[key] = pending.get(key, 0) - 1
-        queue_status_sync(admitted=admitted, pending={k: v for k, v in pending.items() if v > 0})
+        self._queue_status = (admitted, {k: v for k, v in pending.items() if v > 0})
+
+    def _write_queue_status(self) -> None:
+        if self._queue_status is not None:
+            admitted, pending = self._queue_status
+            self._queue_status = None
+            queue_status_sync(admitted=admitted, pending=pending)
 
     def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
         """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
