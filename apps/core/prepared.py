@@ -118,6 +118,9 @@ def _json_value(value: Any, loads: Callable[[Any], Any] = orjson.loads) -> Any:
         return value
 
 
+json_from_db = _json_value  # a plain JSONField's stored text, decoded as the ORM (and PreparedRead) decodes it
+
+
 def _column_converter(converters: list[Callable], expression: Any, connection: Any) -> Callable[[Any], Any]:
     """One function for a column's converters: orjson for a plain JSONField's, Django's own otherwise."""
     if len(converters) == 1:

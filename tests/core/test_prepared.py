@@ -68,7 +68,7 @@ def test_the_admission_reads_match_their_querysets():
         make_job(tenant)
     heads = admission_inputs.waiting_heads(2)
     expected = list(admission_inputs._waiting_heads_query(2))
-    assert [d.job_id for d in heads.demands] == [row[0] for row in expected]
+    assert sorted(d.job_id for d in heads.demands) == sorted(row[0] for row in expected)
     assert len(heads.demands) == 2 and heads.counts == {(tenant.pk, "default"): 3}
     assert [row.pk for row in admission_inputs.active()] == [row[1] for row in admission_inputs._active_query()]
 
@@ -234,3 +234,37 @@ def test_long_json_documents_keep_their_big_integers_and_odd_values():
     assert row == tuple(Job.all_tenants.filter(pk=job.pk).values_list(*names).get())
     assert type(row[0]["n"]) is int and row[0]["n"] == 2**64 + 1 and row[0]["list"][0] == -(2**63) - 1
     assert row[1] == long_plain
+
+
+def test_the_waiting_heads_are_the_window_querys_rows_in_every_queue():
+    """PostgreSQL reads the heads through the queue-order index (a LATERAL top-N per queue), elsewhere through the
+    window query: the same jobs, ranks, counts and statuses either way, in queue order within each queue."""
+    first, second = make_tenant(), make_tenant()
+    for index in range(5):
+        make_job(first, priority=index % 3 * 10, queueName="a")
+    for _ in range(3):
+        make_job(first, queueName="b")
+    cancelled = make_job(second, queueName="a")
+    make_job(second, queueName="a", priority=50)
+    running = make_job(second, queueName="a")
+    Job.all_tenants.filter(pk=cancelled.pk).update(cancel_requested_at=cancelled.created_at)
+    Job.all_tenants.filter(pk=running.pk).update(phase="Running")
+    Job.all_tenants.filter(tenant=first, queue_name="b").update(phase="Queued", reason="WaitingForQuota", message="m")
+    heads = admission_inputs.waiting_heads(3)
+    expected = list(admission_inputs._waiting_heads_query(3))
+    # id, tenant, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, waiting, pending
+    by_id = {row[0]: row for row in expected}
+    assert sorted(d.job_id for d in heads.demands) == sorted(by_id)
+    for demand in heads.demands:
+        row = by_id[demand.job_id]
+        assert (demand.tenant_id, demand.queue, demand.priority, demand.request) == (row[1], row[2], row[3], row[5])
+        assert heads.status[demand.job_id] == (row[7], row[8], row[9])
+    ranks = {}  # within each queue, the demands come in rank order
+    for demand in heads.demands:
+        ranks.setdefault((demand.tenant_id, demand.queue), []).append(by_id[demand.job_id][10])
+    assert all(found == sorted(found) for found in ranks.values())
+    assert heads.counts == {(first.pk, "a"): 5, (first.pk, "b"): 3, (second.pk, "a"): 1}
+    assert heads.pending == 6  # the waiting jobs still Pending: five in first/a, one in second/a
+    assert cancelled.pk not in by_id and running.pk not in by_id
+    again = admission_inputs.waiting_heads(3)  # nothing changed: the same Demand objects
+    assert all(a is b for a, b in zip(again.demands, heads.demands, strict=True))
