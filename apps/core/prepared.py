@@ -173,6 +173,27 @@ def _converted(row: Any, columns: list[tuple[int, Callable[[Any], Any]]]) -> tup
     return tuple(row)
 
 
+def reuse_built(
+    previous: Mapping[tuple, T], rows: Iterable[tuple], build: Callable[[tuple], T]
+) -> tuple[list[T], dict[tuple, T]]:
+    """`[build(row) for row in rows]`, except that a row equal to one in `previous` (a fetched row -> what was built
+    of it) gets what was built then; also returns the memo of these rows only, what the next call may meet again.
+    A row with an unhashable value (an array column) is built each time."""
+    memo: dict[tuple, T] = {}
+    out = []
+    for row in rows:
+        try:
+            found = previous.get(row)
+        except TypeError:
+            out.append(build(row))
+            continue
+        if found is None:
+            found = build(row)
+        memo[row] = found
+        out.append(found)
+    return out, memo
+
+
 class PreparedRead:
     """`PreparedRead(lambda: Model.objects.filter(...).values_list(...)).rows()`: the QuerySet's rows as tuples."""
 
@@ -245,19 +266,8 @@ class PreparedRead:
         object. For a read a pass runs every cycle whose rows mostly stay as they were (the admitted jobs, the
         queue heads). The objects, and the values in them, are shared between calls: treat them as read-only."""
         fetched, columns = self._fetch(using, arguments)
-        previous, memo = self._built.get(make) or {}, {}
-        out = []
-        for row in fetched:
-            try:
-                found = previous.get(row)
-            except TypeError:  # an unhashable value (an array column): built each time
-                out.append(make(*_converted(row, columns)))
-                continue
-            if found is None:
-                found = make(*_converted(row, columns))
-            memo[row] = found
-            out.append(found)
-        self._built[make] = memo  # only this call's rows: what the next call may meet again
+        previous = self._built.get(make) or {}
+        out, self._built[make] = reuse_built(previous, fetched, lambda row: make(*_converted(row, columns)))
         return out
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:

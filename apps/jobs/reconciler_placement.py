@@ -99,7 +99,7 @@ class PlacementMixin:
 
     def _record_queue_status(self, heads: admission_inputs.WaitingHeads, held: list[Any]) -> None:
         """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle: written by
-        `_write_queue_status` in end_pass's transaction (one commit a pass, not two)."""
+        `_write_queue_status` in end_pass's transaction, with the pass's other writes."""
         admitted: dict[tuple[int, str], dict[str, int]] = {}
         newly = [d for d in heads.demands if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
         for item in [*held, *newly]:
