@@ -1,3 +1,5 @@
+from django.core.exceptions import ImproperlyConfigured
+
 from ..env import BASE_DIR, data_dir, env_bool, env_int, env_list, env_str, secret_from_env_or_file
 
 GRYVIA_ENV = env_str("GRYVIA_ENV", "development")
@@ -16,6 +18,11 @@ DEBUG = env_bool("GRYVIA_DEBUG", not PRODUCTION)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 GRYVIA_PORT = env_int("GRYVIA_PORT", 8000)
+# Long-running processes (the Celery worker, `serve`): the cyclic collector's young-generation threshold once started
+# (apps.core.heap). 0 keeps Python's own (700).
+GRYVIA_GC_YOUNG_THRESHOLD = env_int("GRYVIA_GC_YOUNG_THRESHOLD", 50_000)
+if GRYVIA_GC_YOUNG_THRESHOLD < 0:
+    raise ImproperlyConfigured(f"GRYVIA_GC_YOUNG_THRESHOLD must be 0 or more, got {GRYVIA_GC_YOUNG_THRESHOLD}")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
