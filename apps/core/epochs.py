@@ -1,5 +1,6 @@
 """Table epochs: a value per table that changes with every write to it, so a small table read every reconcile pass
-(queues, tenants' ceilings and slugs, webhook endpoints, the SKU catalog) is read again only when it changed.
+(queues, tenants' ceilings and slugs, webhook endpoints, the SKU catalog, the GPU nodes) is read again only when it
+changed.
 
 Database triggers keep `core_tableepoch` (one row per watched table): every INSERT, DELETE and UPDATE of a watched
 column, whoever makes it (the ORM, a bulk write, raw SQL, another process), sets the table's epoch to a new value
@@ -37,6 +38,7 @@ WATCHED: dict[str, tuple[str, ...]] = {
     "queueing_queue": ("status_admitted", "status_pending", "status_updated_at", "updated_at"),
     "webhooks_webhookendpoint": (),
     "billing_gpusku": (),
+    "queueing_gpunode": (),  # written only when a Node changed (apps.queueing.inventory)
 }
 _VENDORS = ("postgresql", "sqlite")
 

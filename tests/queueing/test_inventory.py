@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.cluster.backends.local_objects import node_object
 from apps.cluster.gpus import GpuInventory
+from apps.core import epochs
 from apps.queueing.inventory import SEEN_REFRESH, gpu_node_fields, gpu_type_of, node_views, sync_gpu_nodes
 from apps.queueing.models import GpuNode
 
@@ -129,3 +130,29 @@ def test_node_views_from_nodes():
         ("gpu-1", 5, True, "H100"),
         ("gpu-2", 8, False, "H100"),
     ]
+
+
+def test_inside_a_pass_an_unchanged_fleet_costs_no_statement_and_a_change_elsewhere_is_read_again():
+    now = timezone.now()
+    nodes = [gpu_node("gpu-1"), gpu_node("gpu-2", rack="r2")]
+    with epochs.snapshot():
+        sync_gpu_nodes(nodes, allocated={}, now=now)
+    with epochs.snapshot():
+        sync_gpu_nodes(nodes, allocated={}, now=now)  # read once after its own write
+    with epochs.snapshot(), CaptureQueriesContext(connection) as ctx:
+        again = sync_gpu_nodes(nodes, allocated={}, now=now + dt.timedelta(seconds=30))
+    assert again.unchanged == 2
+    assert [q["sql"] for q in ctx.captured_queries if "gpunode" in q["sql"].lower()] == []
+
+    GpuNode.objects.filter(name="gpu-2").update(rack="elsewhere")  # written by someone else: a new epoch
+    with epochs.snapshot():
+        repaired = sync_gpu_nodes(nodes, allocated={}, now=now + dt.timedelta(seconds=60))
+    assert repaired.updated == ["gpu-2"] and GpuNode.objects.get(name="gpu-2").rack == "r2"
+
+    # A row the sync writes is a copy: the cached rows stay as read until the table's epoch says otherwise.
+    with epochs.snapshot():
+        sync_gpu_nodes(nodes, allocated={"gpu-1": 2}, now=now + dt.timedelta(seconds=90))
+    assert GpuNode.objects.get(name="gpu-1").allocated_gpus == 2
+    with epochs.snapshot():
+        back = sync_gpu_nodes(nodes, allocated={}, now=now + dt.timedelta(seconds=120))
+    assert back.updated == ["gpu-1"] and GpuNode.objects.get(name="gpu-1").allocated_gpus == 0
