@@ -15,8 +15,8 @@ import datetime as dt
 import functools
 import heapq
 import itertools
+import random
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -95,6 +95,10 @@ class SimulatedCluster:
         self._versions = itertools.count(1)
         self._finishes: list[tuple[float, int, str, str, str]] = []  # (finish, seq, namespace, name, uid)
         self._seq = itertools.count()
+        # Object uids: version 4 UUIDs, as an API server gives; not uuid4(), whose os.urandom is a system call per
+        # object (a cost of this stand-in's, not of the control plane it serves).
+        self._random = random.Random(0)
+        self._stamp: tuple[float, str] = (-1.0, "")  # (sim_s, its timestamp): the clock stands still in a cycle
         since = self.timestamp(0.0)
         self._put(
             ObjectRef(NODE, NODE_NAME),
@@ -113,7 +117,14 @@ class SimulatedCluster:
     # -- the clock ------------------------------------------------------------------------------------------------
 
     def timestamp(self, sim_s: float) -> str:
-        return (self.epoch + dt.timedelta(seconds=sim_s)).isoformat()
+        if self._stamp[0] != sim_s:
+            self._stamp = (sim_s, (self.epoch + dt.timedelta(seconds=sim_s)).isoformat())
+        return self._stamp[1]
+
+    def _uid(self) -> str:
+        value = self._random.getrandbits(128) & ~(0xF000 << 64) & ~(0xC000 << 48) | (0x4000 << 64) | (0x8000 << 48)
+        text = f"{value:032x}"
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
     def clock(self) -> dt.datetime:
         """The simulated now as an aware datetime: what the benchmark gives the control plane as its clock."""
@@ -167,7 +178,7 @@ class SimulatedCluster:
         old_meta = (previous or {}).get("metadata") or {}
         meta = {
             **(manifest.get("metadata") or {}),
-            "uid": old_meta.get("uid") or str(uuid.uuid4()),
+            "uid": old_meta.get("uid") or self._uid(),
             "creationTimestamp": old_meta.get("creationTimestamp") or self.timestamp(self.now),
             "resourceVersion": str(next(self._versions)),
         }
