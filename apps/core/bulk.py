@@ -8,7 +8,9 @@ store them) and straight into the statement.
 On PostgreSQL an update's rows travel as one JSON text parameter (`json_to_recordset(%s::json) AS v(k bigint, ...)`):
 the driver escapes one string and the encoding is the C JSON encoder's, where per-column array parameters were
 quoted element by element in Python (a fifth of a reconcile pass's CPU). The statement's text depends only on
-which columns are written, never on how many rows. Inserts go through `COPY … FROM STDIN`. SQLite gets
+which columns are written, never on how many rows. Inserts of up to a thousand rows travel the same way, as one
+JSON parameter of an `INSERT … SELECT` (apps.core.json_rows: one round trip); larger ones, and values JSON would
+not carry exactly, go through `COPY … FROM STDIN`. SQLite gets
 `CASE id WHEN ... THEN ...` terms (update) and `executemany` (insert). Every statement, COPY included, passes
 through Django's execute wrappers and query log, so whatever counts queries counts these.
 """
@@ -26,6 +28,7 @@ from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 
 from . import fastjson
+from .json_rows import insert_json_rows
 
 # Field types whose Python values are already what the database driver takes: no get_db_prep_value call per value.
 _PLAIN = frozenset(
@@ -222,7 +225,8 @@ def bulk_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) ->
 
     Fields a row leaves out get their default (`auto_now`/`auto_now_add`: now; nullable: NULL). No model
     instances are built, no signals are sent and no primary keys come back: for append-only rows (events, audit
-    entries, usage records) written in bulk. PostgreSQL: `COPY … FROM STDIN`; SQLite: `executemany`.
+    entries, usage records) written in bulk. PostgreSQL: one `INSERT … SELECT` from a JSON parameter (or COPY,
+    apps.core.json_rows); SQLite: `executemany`.
     """
     if not rows:
         return 0
@@ -231,10 +235,12 @@ def bulk_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) ->
     fields, columns = _columns_of(model, rows, raw=pg)
     quote = connection.ops.quote_name
     names = ", ".join(quote(f.column) for f in fields)
-    values = zip(*columns, strict=True)
     if pg:
-        copy_rows(f"COPY {quote(meta.db_table)} ({names}) FROM STDIN", values)
+        if not insert_json_rows(meta, fields, list(zip(*columns, strict=True))):
+            values = zip(*_copy_ready(fields, columns), strict=True)
+            copy_rows(f"COPY {quote(meta.db_table)} ({names}) FROM STDIN", values)
     else:
+        values = zip(*columns, strict=True)
         marks = ", ".join(["%s"] * len(fields))
         with connection.cursor() as cursor:
             cursor.executemany(f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({marks})", list(values))
@@ -278,8 +284,9 @@ def _given(default: Any) -> Any:
 
 
 def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *, raw: bool) -> tuple[list, list]:
-    """The fields to write and one list of values per field (`raw`: Python values as given, for COPY, whose driver
-    adapts datetimes, Decimals and UUIDs itself; else prepared as the ORM would)."""
+    """The fields to write and one list of values per field (`raw`: Python values as given, JSON values included,
+    for PostgreSQL, whose paths adapt datetimes, Decimals and UUIDs themselves (COPY: after `_copy_ready`); else
+    prepared as the ORM would)."""
     meta = model._meta
     now = timezone.now()
     given = rows[0].keys()
@@ -304,20 +311,28 @@ def _columns_of(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *,
             else:
                 default = _Missing(field)
             values = [row[name] if name in row else _given(default) for row in rows]
-        if raw and field.get_internal_type() == "JSONField" and field.encoder is None:
-            # COPY's text format: the JSON text itself, encoded by orjson (None is JSON null, as get_db_prep_value
-            # gives the other path and SQLite).
-            values = [fastjson.compact(value, fastjson.not_json) for value in values]
-        elif not raw or field.get_internal_type() == "JSONField":
+        if not raw or (field.get_internal_type() == "JSONField" and field.encoder is not None):
             prep = _prep(field)
             values = [prep(value) for value in values]
         columns.append(values)
     return fields, columns
 
 
+def _copy_ready(fields: list, columns: list) -> list:
+    """`_columns_of(raw=True)`'s columns for COPY, whose text format takes a JSON column's JSON text itself (encoded
+    by orjson; None is JSON null, as get_db_prep_value gives the other path and SQLite)."""
+    return [
+        [fastjson.compact(value, fastjson.not_json) for value in values]
+        if field.get_internal_type() == "JSONField" and field.encoder is None
+        else values
+        for field, values in zip(fields, columns, strict=True)
+    ]
+
+
 def copy_insert_rows(model: type[models.Model], names: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
     """Insert rows given as tuples of plain driver values (str, int, Decimal, aware datetimes, UUIDs, None) in the
-    order of the field attnames `names`, in one statement: COPY on PostgreSQL, `bulk_insert` elsewhere. For hot
+    order of the field attnames `names`, in one statement: on PostgreSQL one `INSERT … SELECT` from a JSON parameter
+    (or COPY, apps.core.json_rows), `bulk_insert` elsewhere. For hot
     append paths that build their rows directly, with no dict per row. On PostgreSQL a field left out gets only the
     database's default (Django declares none), so name every column that is not nullable."""
     if not rows:
@@ -327,8 +342,10 @@ def copy_insert_rows(model: type[models.Model], names: Sequence[str], rows: Sequ
     meta = model._meta
     quote = connection.ops.quote_name
     by_attname = {field.attname: field for field in meta.concrete_fields}
-    columns = ", ".join(quote(by_attname[name].column) for name in names)
-    copy_rows(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN", rows)
+    fields = [by_attname[name] for name in names]
+    if not insert_json_rows(meta, fields, rows):
+        columns = ", ".join(quote(field.column) for field in fields)
+        copy_rows(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN", rows)
     return len(rows)
 
 
@@ -355,6 +372,7 @@ def bulk_insert_new(
     out: list[Any] = []
     with connection.cursor() as cursor:
         if pg:
+            columns = _copy_ready(fields, columns)
             out = _copy_new(cursor, meta, fields, columns, conflict=conflict, returning=returning, tail=tail)
         else:
             values = list(zip(*columns, strict=True))
