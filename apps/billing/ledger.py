@@ -84,11 +84,8 @@ def _lock_heads(tenant_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
 
 
 def _move_heads(heads: dict[int, tuple[int, str]]) -> None:
-    """Set the locked heads to their new (sequence, hash), in one statement."""
-    if len(heads) == 1:
-        [(tenant_id, (sequence, hash_))] = heads.items()
-        LedgerHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=hash_)
-        return
+    """Set the locked heads to their new (sequence, hash), in one statement (the same text for any number of heads
+    of a given count: no QuerySet is built for it)."""
     quote = connection.ops.quote_name
     table = quote(LedgerHead._meta.db_table)
     cast = "::bigint" if connection.vendor == "postgresql" else ""

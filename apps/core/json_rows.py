@@ -27,7 +27,11 @@ from . import fastjson
 
 # At most this many rows per statement (a larger batch is COPY's).
 MAX_ROWS = 1000
-_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME  # datetimes in JSON columns: not_json refuses
+# Datetimes are orjson's to write (ISO 8601, as isoformat() writes them) unless the rows hold JSON columns, where
+# one nested in a JSON value must be refused (not_json), as the ORM refuses it: then the datetime columns are
+# converted first.
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+_OPTIONS_JSON = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
 _TEXT = frozenset({"CharField", "SlugField", "TextField", "EmailField", "URLField"})
 _CAST = frozenset(
     {
@@ -44,6 +48,9 @@ _CAST = frozenset(
         "UUIDField",
     }
 )
+
+
+_UNSET = object()
 
 
 class _NotExact(Exception):
@@ -76,8 +83,10 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "DurationField": _seconds,
     "FloatField": _finite,
 }
-_Shape = tuple[str, tuple[tuple[int, Callable[[Any], Any]], ...]]  # the statement, (column, conversion) pairs
+# The statement, (column, conversion) pairs, orjson's options.
+_Shape = tuple[str, tuple[tuple[int, Callable[[Any], Any]], ...], int]
 _SHAPES: dict[tuple, _Shape | None] = {}
+_DATES = frozenset({"DateTimeField", "DateField"})
 
 
 def _shape(meta: Any, fields: Sequence[models.Field]) -> _Shape | None:
@@ -85,6 +94,7 @@ def _shape(meta: Any, fields: Sequence[models.Field]) -> _Shape | None:
     not travel as JSON exactly."""
     quote = connection.ops.quote_name
     expressions, convert = [], []
+    has_json = any(field.get_internal_type() == "JSONField" for field in fields)
     for index, field in enumerate(fields):
         kind = field.get_internal_type()
         if kind == "JSONField" and field.encoder is None:
@@ -93,7 +103,7 @@ def _shape(meta: Any, fields: Sequence[models.Field]) -> _Shape | None:
             expressions.append(f"e.v ->> {index}")
         elif kind in _CAST or kind in _CONVERT:
             expressions.append(f"(e.v ->> {index})::{field.db_type(connection)}")
-            if kind in _CONVERT:
+            if kind in _CONVERT and (has_json or kind not in _DATES):
                 convert.append((index, _CONVERT[kind]))
         else:
             return None
@@ -102,7 +112,7 @@ def _shape(meta: Any, fields: Sequence[models.Field]) -> _Shape | None:
         f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT {', '.join(expressions)} "
         "FROM json_array_elements(%s::json) WITH ORDINALITY AS e(v, n) ORDER BY e.n"
     )
-    return sql, tuple(convert)
+    return sql, tuple(convert), _OPTIONS_JSON if has_json else _OPTIONS
 
 
 def insert_json_rows(meta: Any, fields: Sequence[models.Field], rows: Sequence[Sequence[Any]]) -> bool:
@@ -118,17 +128,18 @@ def insert_json_rows(meta: Any, fields: Sequence[models.Field], rows: Sequence[S
         shape = _SHAPES.setdefault(key, _shape(meta, fields))
     if shape is None:
         return False
-    sql, convert = shape
+    sql, convert, options = shape
     try:
         if convert:
-            converted = []
-            for row in rows:
-                row = list(row)
-                for index, function in convert:
-                    row[index] = function(row[index])
-                converted.append(row)
-            rows = converted
-        payload = orjson.dumps(rows, default=fastjson.not_json, option=_OPTIONS)
+            rows = [list(row) for row in rows]
+            for index, function in convert:
+                last, out = _UNSET, None  # rows of a batch mostly share a value (its `now`): converted once
+                for row in rows:
+                    value = row[index]
+                    if value is not last:
+                        last, out = value, function(value)
+                    row[index] = out
+        payload = orjson.dumps(rows, default=fastjson.not_json, option=options)
     except (orjson.JSONEncodeError, _NotExact):  # an integer beyond 64 bits, a set, bytes, NaN, a lone surrogate...
         return False
     with connection.cursor() as cursor:

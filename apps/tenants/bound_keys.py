@@ -37,8 +37,9 @@ def api_keys_issue_bound(
     if revoke_earlier:
         api_key_revoke_bound(bound_to=[w[1] for w in wanted])
     rows, plaintext = [], {}
-    for tenant, bound_to, scopes, name in wanted:
-        secret, key_id = keys.new_secret(), keys.new_key_id()
+    for (tenant, bound_to, scopes, name), (key_id, secret) in zip(
+        wanted, keys.new_key_ids_and_secrets(len(wanted)), strict=True
+    ):
         rows.append(
             {
                 "tenant_id": getattr(tenant, "pk", tenant),

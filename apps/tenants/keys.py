@@ -32,6 +32,17 @@ def new_secret() -> str:
     return _random(SECRET_LENGTH)
 
 
+def new_key_ids_and_secrets(count: int) -> list[tuple[str, str]]:
+    """`count` (key id, secret) pairs, as `new_key_id()` and `new_secret()` draw them, from one read of the system's
+    random source for all of them (a reconcile pass issues dozens of keys)."""
+    size = KEY_ID_LENGTH + SECRET_LENGTH
+    letters = [_ALPHABET[b % 62] for b in secrets.token_bytes((size + 8) * count) if b < 248]
+    while len(letters) < size * count:
+        letters += [_ALPHABET[b % 62] for b in secrets.token_bytes(size + 8) if b < 248]
+    text = "".join(letters)
+    return [(text[i : i + KEY_ID_LENGTH], text[i + KEY_ID_LENGTH : i + size]) for i in range(0, size * count, size)]
+
+
 def format_key(key_id: str, secret: str) -> str:
     return f"gry_{key_id}_{secret}"
 
