@@ -21,6 +21,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.core.bulk import copy_insert_rows
+from apps.core.deferred import execute_or_defer
 
 from .models import LedgerEntry, LedgerHead, UsageRecord
 
@@ -91,13 +92,12 @@ def _move_heads(heads: dict[int, tuple[int, str]]) -> None:
     cast = "::bigint" if connection.vendor == "postgresql" else ""
     values = ", ".join([f"(%s{cast}, %s{cast}, %s)"] * len(heads))
     params = [v for tenant_id, (sequence, hash_) in heads.items() for v in (tenant_id, sequence, hash_)]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH moved (tenant_id, sequence, hash) AS (VALUES {values}) "
-            f"UPDATE {table} SET sequence = moved.sequence, hash = moved.hash FROM moved "
-            f"WHERE {table}.tenant_id = moved.tenant_id",
-            params,
-        )
+    execute_or_defer(  # (inside a reconcile pass: sent with its next statement, apps.core.deferred)
+        f"WITH moved (tenant_id, sequence, hash) AS (VALUES {values}) "
+        f"UPDATE {table} SET sequence = moved.sequence, hash = moved.hash FROM moved "
+        f"WHERE {table}.tenant_id = moved.tenant_id",
+        params,
+    )
 
 
 def head_lock(*, tenant_id: int) -> LedgerHead:

@@ -28,6 +28,7 @@ from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 
 from . import fastjson
+from .deferred import execute_or_defer
 from .json_rows import insert_json_rows
 
 # Field types whose Python values are already what the database driver takes: no get_db_prep_value call per value.
@@ -83,6 +84,21 @@ def bulk_set(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {model._meta.pk.to_python(row[0]) for row in cursor.fetchall()}
+
+
+def bulk_set_deferred(
+    model: type[models.Model],
+    rows: Mapping[Any, Mapping[str, Any]],
+    *,
+    when: Mapping[Any, Mapping[str, Any]] | None = None,
+    exclude: Mapping[str, Sequence[Any]] | None = None,
+) -> None:
+    """`bulk_set` whose result the caller does not need: inside `apps.core.deferred.deferred_writes()` sent with the
+    block's next statement, at once otherwise."""
+    if not rows:
+        return
+    update = _update_postgresql if connection.vendor == "postgresql" else _update_case
+    execute_or_defer(*update(model._meta, rows, when or {}, exclude or {}))
 
 
 def _exclusions(meta: Any, exclude: Mapping[str, Sequence[Any]], column: Any) -> tuple[list[str], list[Any]]:

@@ -24,6 +24,7 @@ import orjson
 from django.db import connection, models
 
 from . import fastjson
+from .deferred import execute_or_defer
 
 # At most this many rows per statement (a larger batch is COPY's).
 MAX_ROWS = 1000
@@ -142,6 +143,5 @@ def insert_json_rows(meta: Any, fields: Sequence[models.Field], rows: Sequence[S
         payload = orjson.dumps(rows, default=fastjson.not_json, option=options)
     except (orjson.JSONEncodeError, _NotExact):  # an integer beyond 64 bits, a set, bytes, NaN, a lone surrogate...
         return False
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [payload.decode()])
+    execute_or_defer(sql, [payload.decode()])  # (inside apps.core.deferred's block: with the next statement)
     return True

@@ -344,15 +344,25 @@ class PreparedUpdate:
             entry = self._compiled.setdefault(using, (sql, tuple(params)))
         return entry
 
-    def run(self, using: str = DEFAULT_DB_ALIAS, **arguments: Any) -> int:
+    def _bound(self, using: str, arguments: Mapping[str, Any]) -> tuple[str, tuple]:
         sql, params = self._compile(using)
         missing = {p.name for p in params if type(p) is _Bound} - arguments.keys()
         if missing:
             raise TypeError(f"PreparedUpdate: missing argument(s) {', '.join(sorted(missing))}")
-        params = tuple(p.pack(arguments[p.name]) if type(p) is _Bound else p for p in params)
+        return sql, tuple(p.pack(arguments[p.name]) if type(p) is _Bound else p for p in params)
+
+    def run(self, using: str = DEFAULT_DB_ALIAS, **arguments: Any) -> int:
+        sql, params = self._bound(using, arguments)
         with transaction.mark_for_rollback_on_error(using=using), connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
+
+    def run_deferred(self, **arguments: Any) -> None:
+        """`run` whose row count the caller does not need: inside `apps.core.deferred.deferred_writes()` sent with
+        the block's next statement, at once otherwise (default database)."""
+        from .deferred import execute_or_defer
+
+        execute_or_defer(*self._bound(DEFAULT_DB_ALIAS, arguments))
 
     def sql(self, using: str = DEFAULT_DB_ALIAS) -> tuple[str, tuple]:
         """The statement and its parameters, `Arg`s unbound (for tests)."""

@@ -15,12 +15,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.fields.json import KT
 
-from apps.core.bulk import bulk_set
+from apps.core.bulk import bulk_set, bulk_set_deferred
+from apps.core.deferred import deferred_writes
 from apps.core.periodic import nudge
 from apps.core.prepared import Arg, PreparedUpdate
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants import keys
-from apps.tenants.bound_keys import api_key_revoke_bound, api_keys_issue_bound
+from apps.tenants.bound_keys import api_key_revoke_bound_deferred, api_keys_issue_bound
 
 from . import manifests, selectors, services
 from .choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
@@ -219,8 +220,11 @@ class PassMixin:
             self._seen_now[key] = seen
 
     def end_pass(self) -> None:
-        """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk."""
-        with transaction.atomic():  # status, its events and their webhook outbox rows: all or none
+        """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk. The
+        writes whose results nothing reads go to the server together, with the statement after them
+        (apps.core.deferred): a pass's end takes a few round trips, not one per write."""
+        # Status, its events and their webhook outbox rows: all or none.
+        with transaction.atomic(), deferred_writes():
             for pk in self._changes.keys() & set(self._finalize):  # ended and collected in this pass: one write
                 self._changes[pk]["finalized"] = True
             written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})
@@ -229,7 +233,7 @@ class PassMixin:
                     self._jobs[pk].refresh_from_db()
             events = [e for e in self._events if e[0].pk in written]
             if self._status:
-                bulk_set(
+                bulk_set_deferred(
                     Job,
                     {pk: {"observed_generation": g, "status_applied": a} for pk, (g, a) in self._status.items()},
                     when={pk: {"generation": g} for pk, (g, _a) in self._status.items()},
@@ -239,10 +243,10 @@ class PassMixin:
                 # one UPDATE. A job that ended in the pass its key was issued keeps none.
                 ended = set(self._revoke)
                 keep = [key_id for bound_to, key_id in self._issued.items() if bound_to not in ended]
-                api_key_revoke_bound(bound_to=[*ended, *self._issued], keep=keep)
+                api_key_revoke_bound_deferred(bound_to=[*ended, *self._issued], keep=keep)
             rest = [pk for pk in self._finalize if pk not in written]  # (finalized with its status otherwise)
             if rest:
-                _FINALIZE.run(pks=rest)
+                _FINALIZE.run_deferred(pks=rest)
             self._write_queue_status()  # computed by begin_pass's admission (apps.jobs.reconciler_placement)
             services.job_events_record(events)
             # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):

@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.core import fastjson
 from apps.core.audit import audit_record, snapshot
 from apps.core.bulk import bulk_set
+from apps.core.deferred import execute_or_defer
 from apps.core.periodic import nudge
 from apps.core.prepared import PreparedRead
 from apps.core.principal import Principal
@@ -425,9 +426,12 @@ _QUEUE_STATUS = PreparedRead(
 )
 
 
-def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pending: dict[tuple[int, str], int]) -> int:
+def queue_status_sync(
+    *, admitted: dict[tuple[int, str], dict[str, int]], pending: dict[tuple[int, str], int]
+) -> int | None:
     """Record each queue's admitted usage and waiting count after an admission cycle (only rows that changed; a
-    queue named in neither map has none). Returns how many rows changed.
+    queue named in neither map has none). Returns how many rows changed (None: inside a reconcile pass on
+    PostgreSQL, sent with the pass's other writes, apps.core.deferred).
 
     Status, written by the admission cycle only (not audited: it is observed state, not a change anyone made). On
     PostgreSQL one UPDATE compares and writes (`_QUEUE_STATUS_SQL`); elsewhere one read, then one bulk write.
@@ -436,9 +440,7 @@ def queue_status_sync(*, admitted: dict[tuple[int, str], dict[str, int]], pendin
     if connection.vendor == "postgresql":
         keys = admitted.keys() | pending.keys()
         values = [{"t": t, "n": n, "a": admitted.get((t, n), {}), "p": pending.get((t, n), 0)} for t, n in sorted(keys)]
-        with connection.cursor() as cursor:
-            cursor.execute(_QUEUE_STATUS_SQL, [now, fastjson.compact(values, fastjson.not_json)])
-            return cursor.rowcount
+        return execute_or_defer(_QUEUE_STATUS_SQL, [now, fastjson.compact(values, fastjson.not_json)])
     changed: dict[int, dict[str, Any]] = {}
     for pk, tenant_id, name, status_admitted, status_pending in _QUEUE_STATUS.rows():  # compiled once: every cycle
         usage, waiting = admitted.get((tenant_id, name), {}), pending.get((tenant_id, name), 0)

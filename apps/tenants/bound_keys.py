@@ -67,8 +67,14 @@ _REVOKE_BOUND = PreparedUpdate(
 
 def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ()) -> int:
     """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end), except the keys
-    (by key id) in `keep`. One UPDATE, compiled once (apps.core.prepared)."""
+    (by key id) in `keep`. One UPDATE, compiled once (apps.core.prepared). Returns how many were revoked."""
     targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
     if not targets:
         return 0
     return _REVOKE_BOUND.run(bound_to=targets, keep=list(keep), now=timezone.now())
+
+
+def api_key_revoke_bound_deferred(*, bound_to: list[str], keep: Iterable[str] = ()) -> None:
+    """`api_key_revoke_bound` sent with the caller's other writes (apps.core.deferred): a reconcile pass's."""
+    if bound_to:
+        _REVOKE_BOUND.run_deferred(bound_to=list(bound_to), keep=list(keep), now=timezone.now())

@@ -1,0 +1,94 @@
+"""Writes nobody reads the result of, sent together: one round trip where each would take its own.
+
+A reconcile pass ends with a dozen writes (status, events, audit rows, usage records, ledger entries, revoked keys,
+queue status), most of whose results nobody reads. Inside `with deferred_writes():` such a write, made through
+`execute_or_defer(sql, params)`, is kept, and the writes kept are sent as one multi-statement execute: before the
+block's next statement of any other kind (so every statement still runs in the order the code issued it, and a
+read sees every write made before it), and when the block ends. A block inside another joins it.
+
+Only PostgreSQL through psycopg's client-side binding cursor (Django's default) takes several statements with
+parameters in one execute; anywhere else each write runs at once, as outside a block. The batch passes through
+Django's execute wrappers like any statement: query counters count it once, as the one round trip it is. An error
+in a kept write is raised by the statement that sends it, in the caller's transaction (a block belongs inside
+`transaction.atomic()`); an exception leaving the block drops what it kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from django.db import connection
+
+try:  # psycopg 3's client-side binding cursor: the one Django uses unless OPTIONS["server_side_binding"] is set
+    from psycopg import ClientCursor
+except ImportError:  # pragma: no cover (psycopg is a dependency)
+    ClientCursor = None
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Sequence[Any]]] = []
+        self.sending = False
+
+    def send(self) -> None:
+        """Run the kept writes (one execute), if any."""
+        if not self.statements:
+            return
+        statements, self.statements = self.statements, []
+        self.sending = True
+        try:
+            with connection.cursor() as cursor:
+                if len(statements) == 1:
+                    cursor.execute(*statements[0])
+                else:
+                    cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
+        finally:
+            self.sending = False
+
+    def __call__(self, execute, sql, params, many, context):
+        """Django execute wrapper: the kept writes go first, as the statements before this one."""
+        if not self.sending and self.statements:
+            self.send()
+        return execute(sql, params, many, context)
+
+
+_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("gryvia_deferred_writes", default=None)
+
+
+def _batches() -> bool:
+    """Whether this connection takes several statements with parameters in one execute."""
+    if connection.vendor != "postgresql" or ClientCursor is None:
+        return False
+    connection.ensure_connection()
+    return issubclass(connection.connection.cursor_factory, ClientCursor)
+
+
+@contextlib.contextmanager
+def deferred_writes() -> Iterator[None]:
+    """Writes made through `execute_or_defer` inside are sent together (see the module docstring)."""
+    if _batch.get() is not None or not _batches():
+        yield
+        return
+    batch = _Batch()
+    token = _batch.set(batch)
+    try:
+        with connection.execute_wrapper(batch):
+            yield
+            batch.send()
+    finally:
+        _batch.reset(token)
+
+
+def execute_or_defer(sql: str, params: Sequence[Any]) -> int | None:
+    """Run a write whose result the caller does not need (`params`: a list, `%s` placeholders): at once, returning
+    its row count, or inside `deferred_writes()` kept to be sent with the block's next statement (None)."""
+    batch = _batch.get()
+    if batch is not None:
+        batch.statements.append((sql, list(params)))
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

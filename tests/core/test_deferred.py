@@ -1,0 +1,67 @@
+"""apps.core.deferred: writes whose results nobody reads go to the server together, in the order they were made."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from apps.core.deferred import deferred_writes, execute_or_defer
+from apps.tenants.models import Tenant
+from tests.factories import make_tenant
+
+pytestmark = pytest.mark.django_db
+postgresql_only = pytest.mark.skipif("connection.vendor != 'postgresql'", reason="batches on PostgreSQL only")
+RENAME = "UPDATE tenants_tenant SET display_name = %s WHERE id = %s"
+
+
+def _sent(queries) -> list[str]:
+    return [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+
+
+def _name(tenant) -> str:
+    return Tenant.objects.values_list("display_name", flat=True).get(pk=tenant.pk)
+
+
+def test_outside_a_block_a_write_runs_at_once_and_gives_its_row_count():
+    tenant = make_tenant()
+    assert execute_or_defer(RENAME, ["now", tenant.pk]) == 1
+    assert _name(tenant) == "now"
+
+
+@postgresql_only
+def test_kept_writes_go_in_one_execute_before_the_next_statement_which_sees_them():
+    a, b = make_tenant(), make_tenant()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), deferred_writes():
+        assert execute_or_defer(RENAME, ["first", a.pk]) is None
+        assert execute_or_defer(RENAME, ["second", b.pk]) is None
+        execute_or_defer(RENAME, ["again 50%", a.pk])  # (a literal % in a value is a parameter, not a placeholder)
+        assert not _sent(queries)  # nothing sent yet
+        seen = sorted(Tenant.objects.filter(pk__in=[a.pk, b.pk]).values_list("display_name", flat=True))
+        assert seen == ["again 50%", "second"]  # the read came after the writes, and saw them in their order
+        execute_or_defer(RENAME, ["last", b.pk])  # sent when the block ends
+    sql = _sent(queries)
+    assert len(sql) == 3 and sql[0].count("UPDATE tenants_tenant") == 3 and sql[1].startswith("SELECT")
+    assert "'last'" in sql[2] and (_name(a), _name(b)) == ("again 50%", "last")
+
+
+def test_an_exception_leaving_the_block_drops_what_it_kept():
+    tenant = make_tenant()
+    with pytest.raises(RuntimeError), transaction.atomic(), deferred_writes():
+        execute_or_defer(RENAME, ["never", tenant.pk])
+        raise RuntimeError("the pass failed")
+    assert _name(tenant) == ""
+    with transaction.atomic(), deferred_writes():  # the next block starts empty
+        with deferred_writes():  # a block inside another joins it
+            execute_or_defer(RENAME, ["inner", tenant.pk])
+    assert _name(tenant) == "inner"
+
+
+@postgresql_only
+def test_an_error_in_a_kept_write_is_raised_by_the_statement_that_sends_it_and_nothing_stays():
+    tenant = make_tenant()
+    with pytest.raises(DatabaseError), transaction.atomic(), deferred_writes():
+        execute_or_defer(RENAME, ["kept", tenant.pk])
+        execute_or_defer("UPDATE tenants_tenant SET max_gpus = %s WHERE id = %s", [-1, tenant.pk])  # a CHECK fails
+        Tenant.objects.count()
+    assert _name(tenant) == ""
