@@ -140,10 +140,16 @@ def _reserved_gpus(jobs: list[Any]) -> dict[int, int]:
     return out
 
 
-def _open(jobs: list[Any], now: dt.datetime) -> int:
-    """Open a run record for each of these admitted jobs that has none open: run = the job's last run + 1. One
-    lookup (open records and last runs together) and one COPY. Returns how many were opened."""
-    stats = {uid: (last, open_) for uid, last, open_ in _RUN_STATS.rows(uids=[job.uid for job in jobs])}
+def _run_stats(jobs: list[Any]) -> dict[Any, tuple[int, int]]:
+    """job uid -> (its last run, how many of its records are open), for the jobs that have records: one lookup."""
+    if not jobs:
+        return {}
+    return {uid: (last, open_) for uid, last, open_ in _RUN_STATS.rows(uids=[job.uid for job in jobs])}
+
+
+def _open(jobs: list[Any], now: dt.datetime, stats: dict[Any, tuple[int, int]]) -> int:
+    """Open a run record for each of these admitted jobs that has none open (`stats`: `_run_stats(jobs)`): run = the
+    job's last run + 1, in one INSERT. Returns how many were opened."""
     fresh = [job for job in jobs if not stats.get(job.uid, (0, 0))[1]]
     if not fresh:
         return 0
@@ -215,6 +221,9 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
         return
     # No savepoint inside a caller's transaction (a reconcile pass's writes): a failure here fails all of it.
     with transaction.atomic(savepoint=False):
+        # The reads first: inside a reconcile pass the writes are sent together (apps.core.deferred), each read
+        # sends those before it. Opening reads other jobs' records than closing writes (`ending` leaves them out).
+        stats = _run_stats(list(opening.values()))
         pks = list(ending)
         for start in range(0, len(pks), 1000):
             runs = open_runs_of_jobs(pks[start : start + 1000])
@@ -226,7 +235,7 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
                 closing.append((run, at))
             close_records(closing, now)
         if opening:
-            _open(list(opening.values()), now)
+            _open(list(opening.values()), now, stats)
 
 
 def usage_job_deleted(*, job: Any, now: dt.datetime | None = None) -> None:
