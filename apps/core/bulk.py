@@ -30,6 +30,7 @@ from django.utils import timezone
 from . import fastjson
 from .deferred import execute_or_defer
 from .json_rows import insert_json_rows
+from .prepared import int_array_literal
 
 # Field types whose Python values are already what the database driver takes: no get_db_prep_value call per value.
 _PLAIN = frozenset(
@@ -196,7 +197,8 @@ def _update_postgresql(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping
                 flag, key_, nested = names[name]
                 record[flag], record[key_] = True, {"j": value} if nested else value
         records.append(record)
-    return sql, [fastjson.compact(records, _json_default), list(rows), *extra]
+    keys = list(rows)
+    return sql, [fastjson.compact(records, _json_default), int_array_literal(keys) or keys, *extra]
 
 
 def _update_case(meta: Any, rows: Mapping, when: Mapping, exclude: Mapping) -> tuple[str, list[Any]]:

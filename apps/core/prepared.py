@@ -79,7 +79,14 @@ class AnyOf(Lookup):
         field = self.lhs.output_field
         postgresql = connection.vendor == "postgresql"
 
+        integers = postgresql and _integer_column(field)
+
         def pack(values: Iterable[Any]) -> Any:
+            if integers:
+                values = values if isinstance(values, list | tuple) else list(values)
+                literal = int_array_literal(values)
+                if literal is not None:
+                    return literal
             prepped = [field.get_db_prep_value(value, connection, prepared=False) for value in values]
             return prepped if postgresql else json.dumps(prepped)
 
@@ -87,6 +94,36 @@ class AnyOf(Lookup):
         if postgresql:
             return f"{lhs_sql} = ANY(%s::{field.db_type(connection)}[])", [*lhs_params, param]
         return f"{lhs_sql} IN (SELECT value FROM json_each(%s))", [*lhs_params, param]
+
+
+_INTEGER_TYPES = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    }
+)
+
+
+def _integer_column(field: Field) -> bool:
+    target = field.target_field if field.is_relation else field
+    return target.get_internal_type() in _INTEGER_TYPES
+
+
+def int_array_literal(values: list[Any] | tuple[Any, ...]) -> str | None:
+    """PostgreSQL array text (`{1,2,3}`) of a list of plain ints, for a `%s::bigint[]` parameter: one string the
+    driver passes as it is, where it would adapt a list element by element in Python. None if any value is not an
+    int (bool included), for the caller to send the list."""
+    for value in values:
+        if type(value) is not int:
+            return None
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 Field.register_lookup(AnyOf)

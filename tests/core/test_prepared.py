@@ -9,7 +9,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.prepared import PreparedRead
+from apps.core.prepared import Arg, PreparedRead, int_array_literal
 from apps.jobs import admission_inputs
 from apps.jobs.models import Job
 from tests.factories import make_tenant
@@ -268,3 +268,15 @@ def test_the_waiting_heads_are_the_window_querys_rows_in_every_queue():
     assert cancelled.pk not in by_id and running.pk not in by_id
     again = admission_inputs.waiting_heads(3)  # nothing changed: the same Demand objects
     assert all(a is b for a, b in zip(again.demands, heads.demands, strict=True))
+
+
+def test_integer_lists_travel_as_one_array_text_and_select_the_same_rows():
+    tenant = make_tenant()
+    a, b, c = (make_job(tenant) for _ in range(3))
+    read = PreparedRead(lambda: Job.all_tenants.filter(pk__any_of=Arg("pks")).order_by("pk").values_list("pk"))
+    assert read.rows(pks=[c.pk, a.pk]) == [(a.pk,), (c.pk,)] and read.rows(pks=[]) == []
+    assert list(Job.all_tenants.filter(pk__any_of=(b.pk,)).values_list("pk", flat=True)) == [b.pk]
+    if connection.vendor == "postgresql":
+        assert read.sql(pks=[a.pk, b.pk])[1] == (f"{{{a.pk},{b.pk}}}",)
+    assert int_array_literal([1, -2, 30]) == "{1,-2,30}" and int_array_literal([]) == "{}"
+    assert int_array_literal([1, True]) is None and int_array_literal(["1"]) is None  # sent as a list instead
