@@ -21,6 +21,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from apps.core.bulk import bulk_set, copy_insert_rows
+from apps.core.deferred import read_together
 from apps.core.prepared import Arg, PreparedRead
 
 from . import ledger, pricing
@@ -140,15 +141,26 @@ def _reserved_gpus(jobs: list[Any]) -> dict[int, int]:
     return out
 
 
-def _run_stats(jobs: list[Any]) -> dict[Any, tuple[int, int]]:
-    """job uid -> (its last run, how many of its records are open), for the jobs that have records: one lookup."""
-    if not jobs:
-        return {}
-    return {uid: (last, open_) for uid, last, open_ in _RUN_STATS.rows(uids=[job.uid for job in jobs])}
+def _run_stats_and_open_runs(
+    opening: list[Any], ending_pks: list[int]
+) -> tuple[dict[Any, tuple[int, int]], list[OpenRun]]:
+    """Per job being opened: job uid -> (its last run, how many of its records are open), for the jobs with records;
+    and `open_runs_of_jobs(ending_pks)`: both read in one round trip."""
+    reads = []
+    if opening:
+        reads.append(_RUN_STATS.statement(uids=[job.uid for job in opening]))
+    if ending_pks:
+        reads.append(_OPEN_OF_JOBS.statement(jobs=ending_pks))
+    results = iter(
+        finish(rows) for (_sql, _params, finish), rows in zip(reads, read_together([r[:2] for r in reads]), strict=True)
+    )
+    stats = {uid: (last, open_) for uid, last, open_ in next(results)} if opening else {}
+    runs = _open_runs_of(next(results)) if ending_pks else []
+    return stats, runs
 
 
 def _open(jobs: list[Any], now: dt.datetime, stats: dict[Any, tuple[int, int]]) -> int:
-    """Open a run record for each of these admitted jobs that has none open (`stats`: `_run_stats(jobs)`): run = the
+    """Open a run record for each of these admitted jobs that has none open (`stats`: their run stats): run = the
     job's last run + 1, in one INSERT. Returns how many were opened."""
     fresh = [job for job in jobs if not stats.get(job.uid, (0, 0))[1]]
     if not fresh:
@@ -221,12 +233,13 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
         return
     # No savepoint inside a caller's transaction (a reconcile pass's writes): a failure here fails all of it.
     with transaction.atomic(savepoint=False):
-        # The reads first: inside a reconcile pass the writes are sent together (apps.core.deferred), each read
-        # sends those before it. Opening reads other jobs' records than closing writes (`ending` leaves them out).
-        stats = _run_stats(list(opening.values()))
+        # The reads first, together: one round trip, which inside a reconcile pass also carries the pass's writes
+        # before them (apps.core.deferred). Opening reads other jobs' records than closing writes (`ending` leaves
+        # them out), so reading them before the closes gives the same.
         pks = list(ending)
+        stats, first = _run_stats_and_open_runs(list(opening.values()), pks[:1000])
         for start in range(0, len(pks), 1000):
-            runs = open_runs_of_jobs(pks[start : start + 1000])
+            runs = first if start == 0 else open_runs_of_jobs(pks[start : start + 1000])
             # A finished run ends at the job's completion time; a preempted or evicted one now.
             closing = []
             for run in runs:

@@ -82,6 +82,36 @@ def deferred_writes() -> Iterator[None]:
         _batch.reset(token)
 
 
+def read_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple]]:
+    """Run these reads (each returning rows; `%s` placeholders) and, inside `deferred_writes()`, the writes kept
+    before them, in one execute: one round trip. Returns each read's rows, as the driver gives them, in order.
+    Where several statements cannot share an execute, the kept writes go first, then each read on its own."""
+    batch = _batch.get()
+    if not _batches():
+        if batch is not None:
+            batch.send()
+        out = []
+        with connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+                out.append(cursor.fetchall())
+        return out
+    writes: list[tuple[str, Sequence[Any]]] = []
+    if batch is not None:
+        writes, batch.statements = batch.statements, []
+    every = [*writes, *statements]
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(sql for sql, _ in every), [p for _, ps in every for p in ps])
+        for _ in writes:
+            cursor.nextset()
+        out = []
+        for index in range(len(statements)):
+            if index:
+                cursor.nextset()
+            out.append(cursor.fetchall())
+    return out
+
+
 def execute_or_defer(sql: str, params: Sequence[Any]) -> int | None:
     """Run a write whose result the caller does not need (`params`: a list, `%s` placeholders): at once, returning
     its row count, or inside `deferred_writes()` kept to be sent with the block's next statement (None)."""

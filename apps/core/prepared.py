@@ -210,6 +210,12 @@ def _converted(row: Any, columns: list[tuple[int, Callable[[Any], Any]]]) -> tup
     return tuple(row)
 
 
+def _rows_of(fetched: list, columns: list[tuple[int, Callable[[Any], Any]]]) -> list[tuple]:
+    if not columns:
+        return [tuple(row) for row in fetched] if fetched and type(fetched[0]) is not tuple else fetched
+    return [_converted(row, columns) for row in fetched]
+
+
 def reuse_built(
     previous: Mapping[tuple, T], rows: Iterable[tuple], build: Callable[[tuple], T]
 ) -> tuple[list[T], dict[tuple, T]]:
@@ -293,9 +299,39 @@ class PreparedRead:
 
     def rows(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[tuple]:
         fetched, columns = self._fetch(using, arguments)
-        if not columns:
-            return [tuple(row) for row in fetched] if fetched and type(fetched[0]) is not tuple else fetched
-        return [_converted(row, columns) for row in fetched]
+        return _rows_of(fetched, columns)
+
+    def statement(
+        self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
+    ) -> tuple[str, tuple, Callable[[list], list[tuple]]]:
+        """The statement, its parameters, and what turns the rows the driver fetched for it into `rows()`'s: for a
+        read sent with others in one round trip (apps.core.deferred.read_together)."""
+        compiler = self._compiler(using, arguments)
+        width, columns = self._plan(compiler)
+        sql, params = compiler.as_sql()
+
+        def finish(fetched: list) -> list[tuple]:
+            return _rows_of([row[:width] for row in fetched] if width is not None else fetched, columns)
+
+        return sql, params, finish
+
+    def built_statement(
+        self, make: Callable[..., T], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
+    ) -> tuple[str, tuple, Callable[[list], list[T]]]:
+        """`statement()` for `built()`: what turns the fetched rows into `built(make)`'s objects (reusing, and then
+        remembering, as `built` does)."""
+        compiler = self._compiler(using, arguments)
+        width, columns = self._plan(compiler)
+        sql, params = compiler.as_sql()
+
+        def finish(fetched: list) -> list[T]:
+            if width is not None:
+                fetched = [row[:width] for row in fetched]
+            previous = self._built.get(make) or {}
+            out, self._built[make] = reuse_built(previous, fetched, lambda row: make(*_converted(row, columns)))
+            return out
+
+        return sql, params, finish
 
     def built(self, make: Callable[..., T], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[T]:
         """`[make(*row) for row in self.rows(...)]`, except that a row equal to one the previous call of `built`

@@ -21,6 +21,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
 from apps.billing import selectors as billing
+from apps.core.deferred import read_together
 from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead, json_from_db, reuse_built
 from apps.queueing import selectors as queueing
@@ -170,13 +171,10 @@ def _head_of_row(row: tuple) -> tuple[Demand, tuple[str, str, str], int, int, in
     return _head(pk, tenant_id, queue, priority, created_at, json_from_db(request), *rest)
 
 
-def _heads_postgresql(per_queue: int) -> list[tuple[Demand, tuple[str, str, str], int, int, int]]:
-    """`_waiting_heads_query`'s rows through `_HEADS_SQL`, each as `_head` builds it; a row as the previous call
-    fetched it keeps what was built then (as PreparedRead.built)."""
+def _heads_postgresql(fetched: list[tuple]) -> list[tuple[Demand, tuple[str, str, str], int, int, int]]:
+    """`_HEADS_SQL`'s fetched rows, each as `_head` builds it; a row as the previous call fetched it keeps what was
+    built then (as PreparedRead.built)."""
     global _HEADS_BUILT
-    with connection.cursor() as cursor:
-        cursor.execute(_HEADS_SQL, [per_queue])
-        fetched = cursor.fetchall()
     out, _HEADS_BUILT = reuse_built(_HEADS_BUILT, fetched, _head_of_row)
     return out
 
@@ -185,13 +183,32 @@ def waiting_heads(per_queue: int) -> WaitingHeads:
     """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
     only what a cycle changes gets written), and how many wait in each queue: one query. A head whose row is as
     the previous pass read it keeps the Demand built then (PreparedRead.built): treat them as read-only."""
+    return heads_and_active(per_queue, with_active=False)[0]
+
+
+def heads_and_active(per_queue: int, *, with_active: bool = True) -> tuple[WaitingHeads, list[Active]]:
+    """`waiting_heads(per_queue)` and `active()` (empty unless `with_active`), on PostgreSQL read in one round
+    trip (apps.core.deferred.read_together)."""
+    active_rows: list[Active] = []
     if connection.vendor == "postgresql":
-        rows = _heads_postgresql(per_queue)
+        reads = [(_HEADS_SQL, [per_queue])]
+        if with_active:
+            sql, params, finish = _ACTIVE.built_statement(_active)
+            reads.append((sql, params))
+        fetched = read_together(reads)
+        rows = _heads_postgresql(fetched[0])
+        if with_active:
+            active_rows = finish(fetched[1])
     else:
         read = _WAITING_HEADS.get(per_queue)
         if read is None:
             read = _WAITING_HEADS.setdefault(per_queue, PreparedRead(lambda: _waiting_heads_query(per_queue)))
         rows = read.built(_head)
+        active_rows = active() if with_active else []
+    return _heads_of(rows), active_rows
+
+
+def _heads_of(rows: list[tuple[Demand, tuple[str, str, str], int, int, int]]) -> WaitingHeads:
     demands, status, counts, pending = [], {}, {}, 0
     for demand, state, rank, n, p in rows:
         demands.append(demand)

@@ -125,9 +125,8 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         if self.mode != "native":  # Kueue or KAI admits: Gryvia creates the workloads and reads their state
             self.workloads = self.backend.list(WORKLOAD) if self.mode == "kueue" else []
             return
-        heads = admission_inputs.waiting_heads(settings.GRYVIA_ADMISSION_HEADS)
+        heads, self.active_rows = admission_inputs.heads_and_active(settings.GRYVIA_ADMISSION_HEADS)  # one round trip
         self.head_status = heads.status
-        self.active_rows = admission_inputs.active()
         self.fingerprints = self._fingerprints()  # (owners() reads them too)
         # A job whose workload has ended is marked finished by this pass's observe(): what it held is free for this
         # pass's admission already, so a finish and the admissions it allows take one pass, not two. One whose row

@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.deferred import deferred_writes, execute_or_defer
+from apps.core.deferred import deferred_writes, execute_or_defer, read_together
 from apps.tenants.models import Tenant
 from tests.factories import make_tenant
 
@@ -65,3 +65,18 @@ def test_an_error_in_a_kept_write_is_raised_by_the_statement_that_sends_it_and_n
         execute_or_defer("UPDATE tenants_tenant SET max_gpus = %s WHERE id = %s", [-1, tenant.pk])  # a CHECK fails
         Tenant.objects.count()
     assert _name(tenant) == ""
+
+
+def test_reads_together_carry_the_kept_writes_before_them_in_one_round_trip():
+    a, b = make_tenant(), make_tenant()
+    names = "SELECT display_name FROM tenants_tenant WHERE id = ANY(%s) ORDER BY id"
+    if connection.vendor != "postgresql":
+        names = "SELECT display_name FROM tenants_tenant WHERE id IN (%s, %s) ORDER BY id"
+    ids = [[a.pk, b.pk]] if connection.vendor == "postgresql" else [a.pk, b.pk]
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), deferred_writes():
+        execute_or_defer(RENAME, ["x", a.pk])
+        execute_or_defer(RENAME, ["y", b.pk])
+        first, second = read_together([(names, ids), ("SELECT count(*) FROM tenants_tenant WHERE id = %s", [a.pk])])
+    assert first == [("x",), ("y",)] and second == [(1,)]
+    if connection.vendor == "postgresql":
+        assert len(_sent(queries)) == 1  # the two writes and the two reads: one execute

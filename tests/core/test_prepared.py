@@ -268,6 +268,12 @@ def test_the_waiting_heads_are_the_window_querys_rows_in_every_queue():
     assert cancelled.pk not in by_id and running.pk not in by_id
     again = admission_inputs.waiting_heads(3)  # nothing changed: the same Demand objects
     assert all(a is b for a, b in zip(again.demands, heads.demands, strict=True))
+    # What a pass reads (in one round trip on PostgreSQL): the same heads, and the admitted jobs as active() reads them.
+    with CaptureQueriesContext(connection) as queries:
+        together, active = admission_inputs.heads_and_active(3)
+    assert together.demands == heads.demands and together.counts == heads.counts
+    assert [row.pk for row in active] == [running.pk] and active == admission_inputs.active()
+    assert len(queries) == (1 if connection.vendor == "postgresql" else 2)
 
 
 def test_integer_lists_travel_as_one_array_text_and_select_the_same_rows():
