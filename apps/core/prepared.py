@@ -217,22 +217,25 @@ def _rows_of(fetched: list, columns: list[tuple[int, Callable[[Any], Any]]]) -> 
 
 
 def reuse_built(
-    previous: Mapping[tuple, T], rows: Iterable[tuple], build: Callable[[tuple], T]
+    previous: Mapping[tuple, T], rows: Iterable[tuple], build: Callable[[tuple], T], key_from: int = 0
 ) -> tuple[list[T], dict[tuple, T]]:
     """`[build(row) for row in rows]`, except that a row equal to one in `previous` (a fetched row -> what was built
     of it) gets what was built then; also returns the memo of these rows only, what the next call may meet again.
-    A row with an unhashable value (an array column) is built each time."""
+    A row with an unhashable value (an array column) is built each time. `key_from`: the columns before it are
+    determined by the others (a job's uid by its id) and are left out of the comparison (a UUID hashes and compares
+    in Python)."""
     memo: dict[tuple, T] = {}
     out = []
     for row in rows:
+        key = row[key_from:] if key_from else row
         try:
-            found = previous.get(row)
+            found = previous.get(key)
         except TypeError:
             out.append(build(row))
             continue
         if found is None:
             found = build(row)
-        memo[row] = found
+        memo[key] = found
         out.append(found)
     return out, memo
 
@@ -240,8 +243,10 @@ def reuse_built(
 class PreparedRead:
     """`PreparedRead(lambda: Model.objects.filter(...).values_list(...)).rows()`: the QuerySet's rows as tuples."""
 
-    def __init__(self, build: Callable[[], QuerySet]) -> None:
+    def __init__(self, build: Callable[[], QuerySet], *, key_from: int = 0) -> None:
+        """`key_from`: for `built()`, the leading columns that the others determine (see `reuse_built`)."""
         self._build = build
+        self._key_from = key_from
         self._compiled: dict[str, tuple[Any, str, tuple, bool]] = {}  # alias -> (unbound compiler, sql, params, args)
         # connection -> (column count, (index, converter) pairs): converters may be bound to a connection's ops.
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -328,7 +333,9 @@ class PreparedRead:
             if width is not None:
                 fetched = [row[:width] for row in fetched]
             previous = self._built.get(make) or {}
-            out, self._built[make] = reuse_built(previous, fetched, lambda row: make(*_converted(row, columns)))
+            out, self._built[make] = reuse_built(
+                previous, fetched, lambda row: make(*_converted(row, columns)), self._key_from
+            )
             return out
 
         return sql, params, finish
@@ -340,7 +347,9 @@ class PreparedRead:
         queue heads). The objects, and the values in them, are shared between calls: treat them as read-only."""
         fetched, columns = self._fetch(using, arguments)
         previous = self._built.get(make) or {}
-        out, self._built[make] = reuse_built(previous, fetched, lambda row: make(*_converted(row, columns)))
+        out, self._built[make] = reuse_built(
+            previous, fetched, lambda row: make(*_converted(row, columns)), self._key_from
+        )
         return out
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:

@@ -251,7 +251,7 @@ def _active_query() -> QuerySet:
     )
 
 
-_ACTIVE = PreparedRead(_active_query)
+_ACTIVE = PreparedRead(_active_query, key_from=1)  # (a row's uid is its id's)
 
 
 def active() -> list[Active]:

@@ -9,7 +9,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.prepared import Arg, PreparedRead, int_array_literal
+from apps.core.prepared import Arg, PreparedRead, int_array_literal, reuse_built
 from apps.jobs import admission_inputs
 from apps.jobs.models import Job
 from tests.factories import make_tenant
@@ -286,3 +286,16 @@ def test_integer_lists_travel_as_one_array_text_and_select_the_same_rows():
         assert read.sql(pks=[a.pk, b.pk])[1] == (f"{{{a.pk},{b.pk}}}",)
     assert int_array_literal([1, -2, 30]) == "{1,-2,30}" and int_array_literal([]) == "{}"
     assert int_array_literal([1, True]) is None and int_array_literal(["1"]) is None  # sent as a list instead
+
+
+def test_reuse_built_compares_rows_from_key_from_on():
+    built = []
+
+    def build(row):
+        built.append(row)
+        return list(row)
+
+    first, memo = reuse_built({}, [("u1", 1, "a"), ("u2", 2, "b")], build, key_from=1)
+    again, memo = reuse_built(memo, [("u1", 1, "a"), ("u2", 2, "changed")], build, key_from=1)
+    assert again[0] is first[0] and again[1] is not first[1] and again[1] == ["u2", 2, "changed"]
+    assert built == [("u1", 1, "a"), ("u2", 2, "b"), ("u2", 2, "changed")] and set(memo) == {(1, "a"), (2, "changed")}
