@@ -61,8 +61,8 @@ HEADER = (
     "20 GPUs 1 s, all submitted up front). One cycle = one JobReconciler.run_pass() on a simulated clock. "
     "admissions/s: jobs admitted per second of cycle wall time; cpu_ms_per_admission: this process's CPU time "
     "(time.process_time(), database server excluded) over all cycles / jobs admitted; cycle_p50/p99_ms: wall time "
-    "of one cycle; queries_per_cycle: mean SQL statements per cycle; sim_makespan_s: simulated time until the last "
-    f"job finished. Context only, not a ratio: {KUEUE_351}; no API server, kubelet or scheduler runs here."
+    "of one cycle; queries_per_cycle: mean executes (round trips) per cycle; sim_makespan_s: simulated time until "
+    f"the last job finished. Context only, not a ratio: {KUEUE_351}; no API server, kubelet or scheduler runs here."
 )
 _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)')
 

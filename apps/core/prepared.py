@@ -355,29 +355,45 @@ class PreparedRead:
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:
         """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load); a read of
         `model_fields(model, only=...)` gives instances whose other fields load on access."""
+        names = self._model_names(model, using)
+        return _models_of(model, using, names, self.rows(using, **arguments))
+
+    def models_statement(
+        self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
+    ) -> tuple[str, tuple, Callable[[list], list[Model]]]:
+        """`statement()` for `models(model)`: what turns the fetched rows into its instances."""
+        names = self._model_names(model, using)
+        sql, params, finish = self.statement(using, **arguments)
+        return sql, params, lambda fetched: _models_of(model, using, names, finish(fetched))
+
+    def _model_names(self, model: type[Model], using: str) -> list[str]:
         query = self._compile(using)[0].query
         names = list(query.values_select)
         if names != model_fields(model, only=set(names)) or query.annotation_select:
             raise TypeError(f"PreparedRead.models: read {model.__name__}'s fields in field order, as model_fields()")
-        rows = self.rows(using, **arguments)
-        if not _fast_init(model):
-            from_db = model.from_db
-            return [from_db(using, names, row) for row in rows]
-        # What Model.from_db does through Model.__init__, without its per-field loop: the attributes read (those
-        # left out load on access, as deferred fields), then the state of an instance loaded from `using`.
-        new, out = model.__new__, []
-        for row in rows:
-            instance = new(model)
-            state = instance.__dict__
-            state.update(zip(names, row, strict=True))
-            instance._state = state_ = ModelState()
-            state_.adding, state_.db = False, using
-            out.append(instance)
-        return out
+        return names
 
     def sql(self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> tuple[str, tuple]:
         """The statement and parameters a call runs (for tests and EXPLAIN)."""
         return self._compiler(using, arguments).as_sql()
+
+
+def _models_of(model: type[Model], using: str, names: list[str], rows: list[tuple]) -> list[Model]:
+    """Rows of `names` (a model's attnames, in field order) as instances loaded from `using`."""
+    if not _fast_init(model):
+        from_db = model.from_db
+        return [from_db(using, names, row) for row in rows]
+    # What Model.from_db does through Model.__init__, without its per-field loop: the attributes read (those left out
+    # load on access, as deferred fields), then the state of an instance loaded from `using`.
+    new, out = model.__new__, []
+    for row in rows:
+        instance = new(model)
+        state = instance.__dict__
+        state.update(zip(names, row, strict=True))
+        instance._state = state_ = ModelState()
+        state_.adding, state_.db = False, using
+        out.append(instance)
+    return out
 
 
 class _ArgValue(Expression):

@@ -93,6 +93,7 @@ class WaitingHeads(NamedTuple):
     status: dict[int, tuple[str, str, str]]  # each one's (phase, reason, message) now
     counts: dict[tuple[int, str], int]  # (tenant id, queue name) -> how many jobs wait in it
     pending: int  # how many waiting jobs are still Pending (submitted, never queued)
+    identity: dict[int, tuple[int, str, str]]  # each one's (tenant id, uid, name): what its token needs, unread
 
 
 # What hard budgets need of a waiting job: its forecast's duration, and whether it was released from their hold.
@@ -110,7 +111,9 @@ def _waiting_heads_query(per_queue: int) -> QuerySet:
             pending=Window(Sum(Case(When(phase=JobPhase.PENDING, then=1), default=0)), partition_by=partition),
         )
         .filter(rank__lte=per_queue)
-        .values_list(*fields, "phase", "reason", "message", "rank", "waiting", "pending", *_BUDGET_FIELDS)
+        .values_list(
+            *fields, "phase", "reason", "message", "rank", "waiting", "pending", *_BUDGET_FIELDS, "uid", "name"
+        )
     )
 
 
@@ -119,10 +122,11 @@ _WAITING_HEADS: dict[int, PreparedRead] = {}  # per_queue -> its read
 
 def _head(
     pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, rank, n, p, timeout_s,
-    released_at,
-) -> tuple[Demand, tuple[str, str, str], int, int, int]:  # fmt: skip
+    released_at, uid, name,
+) -> tuple[Demand, tuple[str, str, str], int, int, int, tuple[str, str]]:  # fmt: skip
     """One row of the heads' read: the job's demand, its (phase, reason, message), its rank in its queue, how many
-    wait in the queue and how many of those are still Pending (the same for every row of a queue)."""
+    wait in the queue and how many of those are still Pending (the same for every row of a queue), and its (uid,
+    name)."""
     demand = Demand(
         job_id=pk,
         tenant_id=tenant_id,
@@ -135,7 +139,7 @@ def _head(
         timeout_s=timeout_s,
         budget_released=released_at is not None,
     )
-    return demand, (phase, reason, message), rank, n, p
+    return demand, (phase, reason, message), rank, n, p, (str(uid), name)
 
 
 # PostgreSQL: each queue's first jobs through the queue-order index (LATERAL ... LIMIT, in index order), and each
@@ -151,10 +155,10 @@ WITH q AS (
     GROUP BY tenant_id, queue_name
 )
 SELECT h.id, h.tenant_id, h.queue_name, h.priority, h.created_at, h.request, h.may_preempt, h.phase, h.reason,
-       h.message, h.rank, q.waiting, q.pending, h.timeout_s, h.budget_released_at
+       h.message, h.rank, q.waiting, q.pending, h.timeout_s, h.budget_released_at, h.uid::text, h.name
 FROM q CROSS JOIN LATERAL (
     SELECT j.id, j.tenant_id, j.queue_name, j.priority, j.created_at, j.request, j.may_preempt, j.phase, j.reason,
-           j.message, j.timeout_s, j.budget_released_at,
+           j.message, j.timeout_s, j.budget_released_at, j.uid, j.name,
            row_number() OVER (ORDER BY j.priority DESC, j.created_at, j.id) AS rank
     FROM {_TABLE} AS j
     WHERE j.tenant_id = q.tenant_id AND j.queue_name = q.queue_name AND {_WAITING.format(t="j")}
@@ -166,12 +170,12 @@ ORDER BY h.tenant_id, h.queue_name, h.rank
 _HEADS_BUILT: dict[tuple, tuple] = {}  # PostgreSQL: fetched row -> what _head built of it, for the last call's rows
 
 
-def _head_of_row(row: tuple) -> tuple[Demand, tuple[str, str, str], int, int, int]:
+def _head_of_row(row: tuple) -> tuple[Demand, tuple[str, str, str], int, int, int, tuple[str, str]]:
     pk, tenant_id, queue, priority, created_at, request, *rest = row
     return _head(pk, tenant_id, queue, priority, created_at, json_from_db(request), *rest)
 
 
-def _heads_postgresql(fetched: list[tuple]) -> list[tuple[Demand, tuple[str, str, str], int, int, int]]:
+def _heads_postgresql(fetched: list[tuple]) -> list[tuple[Demand, tuple[str, str, str], int, int, int, tuple]]:
     """`_HEADS_SQL`'s fetched rows, each as `_head` builds it; a row as the previous call fetched it keeps what was
     built then (as PreparedRead.built)."""
     global _HEADS_BUILT
@@ -208,15 +212,16 @@ def heads_and_active(per_queue: int, *, with_active: bool = True) -> tuple[Waiti
     return _heads_of(rows), active_rows
 
 
-def _heads_of(rows: list[tuple[Demand, tuple[str, str, str], int, int, int]]) -> WaitingHeads:
-    demands, status, counts, pending = [], {}, {}, 0
-    for demand, state, rank, n, p in rows:
+def _heads_of(rows: list[tuple[Demand, tuple[str, str, str], int, int, int, tuple[str, str]]]) -> WaitingHeads:
+    demands, status, counts, pending, identity = [], {}, {}, 0, {}
+    for demand, state, rank, n, p, uid_and_name in rows:
         demands.append(demand)
         status[demand.job_id] = state
+        identity[demand.job_id] = (demand.tenant_id, *uid_and_name)
         if rank == 1:
             counts[(demand.tenant_id, demand.queue)] = n
             pending += p or 0
-    return WaitingHeads(demands, status, counts, pending)
+    return WaitingHeads(demands, status, counts, pending, identity)
 
 
 class Active(NamedTuple):

@@ -80,6 +80,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         self.unplaced: dict[int, str] = {}
         self.now = timezone.now()
         self.head_status: dict[int, tuple[str, str, str]] = {}
+        self.head_identity: dict[int, tuple[int, str, str]] = {}  # waiting head -> (tenant id, uid, name)
         self.active_rows: list[admission_inputs.Active] = []
         self.fingerprints: dict[int, tuple | None] = {}  # admitted and ended jobs' (see PassMixin._fingerprint)
         self.released: set[int] = set()  # admitted jobs whose workload ended: free for this pass's admission
@@ -126,7 +127,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
             self.workloads = self.backend.list(WORKLOAD) if self.mode == "kueue" else []
             return
         heads, self.active_rows = admission_inputs.heads_and_active(settings.GRYVIA_ADMISSION_HEADS)  # one round trip
-        self.head_status = heads.status
+        self.head_status, self.head_identity = heads.status, heads.identity
         self.fingerprints = self._fingerprints()  # (owners() reads them too)
         # A job whose workload has ended is marked finished by this pass's observe(): what it held is free for this
         # pass's admission already, so a finish and the admissions it allows take one pass, not two. One whose row

@@ -40,6 +40,7 @@ class PassMixin:
     now: Any
     decisions: dict[int, Any]
     head_status: dict[int, tuple[str, str, str]]
+    head_identity: dict[int, tuple[int, str, str]]
     lost_nodes: dict[str, Any]
     live_by_owner: dict[str | None, dict[str, dict[str, Any]]]
     observed_by_owner: dict[str | None, dict[str, list[dict[str, Any]]]]
@@ -116,31 +117,57 @@ class PassMixin:
         tenants = selectors.tenants_by_id()
         read: set[int] = set()
         for index, chunk in enumerate(chunks):
-            jobs = [
-                job
-                for job in selectors.jobs_to_reconcile(chunk, waiting if index == 0 else [], tenants)
-                if job.pk not in read  # a cancelled waiting job matches every chunk's query
-            ]
+            # The admitted jobs' tokens, issued before their rows are read (their ids and names came with the
+            # waiting heads): the INSERT goes in the read's round trip and commits with it, before any Secret.
+            with deferred_writes():
+                early = self._issue_tokens_early(tenants) if index == 0 else set()
+                jobs = [
+                    job
+                    for job in selectors.jobs_to_reconcile(chunk, waiting if index == 0 else [], tenants)
+                    if job.pk not in read  # a cancelled waiting job matches every chunk's query
+                ]
             read.update(job.pk for job in jobs)
             self.candidate_keys.update(job.uid_text for job in jobs)
-            self._issue_tokens(jobs)
+            # A token issued for a job the read did not return (deleted meanwhile) is revoked with the pass's others.
+            self._revoke += sorted(early - {f"job:{job.uid_text}" for job in jobs})
+            self._issue_tokens(jobs)  # (the jobs whose identity the heads did not give)
             yield from jobs
 
     def _issue_tokens(self, jobs: list[Job]) -> None:
-        """The tokens of the workloads about to be created, issued together (prepare() hands them out)."""
-        starting = [
-            job
+        """The tokens of the workloads about to be created that have none yet, issued together (prepare() hands
+        them out)."""
+        self._issue(
+            (job.tenant_id, job.tenant.namespace, job.uid_text, job.name)
             for job in jobs
             if getattr(self.decisions.get(job.pk), "outcome", None) == "admit"
-            and f"Secret/{job.tenant.namespace}/{manifests.names(job.name)['secret']}"
-            not in self.live_by_owner.get(job.uid_text, {})
+            and f"job:{job.uid_text}" not in self._issued
+        )
+
+    def _issue_tokens_early(self, tenants: dict[int, Any]) -> set[str]:
+        """`_issue_tokens` for the admitted jobs before their rows are read, from what the waiting heads gave (a
+        tenant the pass has not read yet waits for the read). Returns the bound_to of the tokens issued."""
+        wanted = []
+        for pk, decision in self.decisions.items():
+            identity = self.head_identity.get(pk) if decision.outcome == "admit" else None
+            if identity is not None and identity[0] in tenants:
+                tenant_id, uid, name = identity
+                wanted.append((tenant_id, tenants[tenant_id].namespace, uid, name))
+        return self._issue(wanted)
+
+    def _issue(self, jobs: Any) -> set[str]:
+        """Issue the tokens of (tenant id, namespace, uid, name) jobs whose token Secret does not exist yet."""
+        starting = [
+            (tenant_id, uid, name)
+            for tenant_id, namespace, uid, name in jobs
+            if f"Secret/{namespace}/{manifests.names(name)['secret']}" not in self.live_by_owner.get(uid, {})
         ]
         issued = api_keys_issue_bound(
-            [(job.tenant_id, f"job:{job.uid_text}", [JOBS_REPORT], f"job {job.name}") for job in starting],
+            [(tenant_id, f"job:{uid}", [JOBS_REPORT], f"job {name}") for tenant_id, uid, name in starting],
             revoke_earlier=False,  # end_pass() revokes the earlier keys, with the pass's other revocations
         )
         self._tokens.update(issued)
         self._issued.update((bound_to, keys.parse_key(raw)[0]) for bound_to, raw in issued.items())
+        return set(issued)
 
     def _fingerprints(self) -> dict[int, tuple | None]:
         """Each admitted or ended job's fingerprint now (job pk -> None when its objects' versions are unknown)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from apps.core.deferred import read_together
 from apps.core.epochs import EpochCached
 from apps.core.prepared import Arg, PreparedRead, model_fields
 from apps.core.principal import Principal
@@ -51,8 +52,11 @@ def jobs_to_reconcile(pks: list[int], waiting: list[int], tenants: dict[int, Ten
     its tenant attached from `tenants` (tenant id -> Tenant; the ones missing are read and added). A pass sees
     thousands of jobs of tens of tenants: one Tenant per tenant, read once per pass, not one per job row as
     `select_related` would build. Two statements compiled once per process (apps.core.prepared), whatever the
-    number of jobs."""
-    return with_tenants(_TO_RECONCILE.models(Job, pks=pks, waiting=waiting), tenants)
+    number of jobs; inside `apps.core.deferred.deferred_writes()` the writes kept before it go in the same round
+    trip (a pass's tokens)."""
+    sql, params, finish = _TO_RECONCILE.models_statement(Job, pks=pks, waiting=waiting)
+    [fetched] = read_together([(sql, params)])
+    return with_tenants(finish(fetched), tenants)
 
 
 def with_tenants(jobs: list[Job], tenants: dict[int, Tenant]) -> list[Job]:

@@ -4,6 +4,8 @@ whole-gang admission, rejection of jobs that can never fit, and the API fields t
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.cluster.backends.base import JOB, POD
 from apps.cluster.backends.kubernetes import KubernetesBackend
@@ -273,7 +275,10 @@ def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_wh
 
     job = gpu_job(tenant_a, "tokened")
     stale = api_keys_issue_bound([(tenant_a, f"job:{job.uid}", ["jobs:report"], "left over")])
-    reconcile_jobs(kube)  # admitted: a fresh token in its Secret; the earlier key is revoked in the same pass
+    with CaptureQueriesContext(connection) as queries:
+        reconcile_jobs(kube)  # admitted: a fresh token in its Secret; the earlier key is revoked in the same pass
+    if connection.vendor == "postgresql":  # the token is issued in the round trip that reads the job's row
+        assert any('INSERT INTO "tenants_apikey"' in q["sql"] and '"jobs_job"' in q["sql"] for q in queries)
 
     def live():
         return list(ApiKey.all_tenants.filter(bound_to=f"job:{job.uid}", revoked_at__isnull=True))
@@ -284,3 +289,17 @@ def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_wh
     reconcile_jobs(kube)
     job.refresh_from_db()
     assert job.phase == "Succeeded" and live() == []
+
+
+def test_a_token_issued_for_a_job_the_pass_then_does_not_read_is_revoked(cluster, kube, tenant_a, monkeypatch):
+    from apps.jobs import selectors
+    from apps.tenants.models import ApiKey
+
+    job = gpu_job(tenant_a, "vanishing")
+    read = selectors.jobs_to_reconcile
+    monkeypatch.setattr(  # as if it was deleted between the waiting heads' read and its row's
+        selectors, "jobs_to_reconcile", lambda *a, **k: [j for j in read(*a, **k) if j.pk != job.pk]
+    )
+    reconcile_jobs(kube)
+    keys = ApiKey.all_tenants.filter(bound_to=f"job:{job.uid}")
+    assert keys.count() == 1 and not keys.filter(revoked_at__isnull=True).exists()
