@@ -7,20 +7,14 @@ function) and what the admitted jobs hold, never the specs of thousands of waiti
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import math
-from collections import defaultdict
-from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
-from apps.billing import selectors as billing
 from apps.core.deferred import read_together
 from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead, json_from_db, reuse_built
@@ -28,7 +22,7 @@ from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
 
-from .admission import GPU, BudgetRoom, Demand, Holding, QueueQuota
+from .admission import GPU, Demand, Holding, QueueQuota
 from .choices import HOLDING_PHASES, WAITING_PHASES, JobPhase
 from .models import Job
 from .spec import JobSpec
@@ -365,50 +359,3 @@ def _tenant_ceilings() -> dict[int, dict[str, int]]:
 
 _QUEUE_QUOTAS = EpochCached(("queueing_queue", "queueing_cohort"), _queue_quotas)
 _TENANT_CEILINGS = EpochCached(("tenants_tenant",), _tenant_ceilings)
-
-
-def budget_rooms(
-    demands: list[Demand], held: list[Holding], now: dt.datetime
-) -> tuple[list[Demand], dict[int, list[BudgetRoom]]]:
-    """The waiting jobs, each with its forecast cost where its tenant has a hard budget in force (not for a job a
-    platform admin released), and each such tenant's budget rooms: the amount, less its spend at its last
-    evaluation, less what the admitted jobs of its tenants are forecast to cost after that evaluation (all of it
-    for one admitted since). One query while a hard budget exists, none otherwise; prices from the cached catalog
-    (apps.billing.estimate.Forecaster)."""
-    hard = billing.hard_budgets_in_force(now)
-    if not hard:
-        return demands, {}
-    price = billing.Forecaster(now)
-    tenants = {tenant_id for budget in hard for tenant_id in budget.tenant_ids}
-    default_s = settings.GRYVIA_BILLING_DEFAULT_DURATION_S
-    running: dict[int, list[tuple[Decimal, str, dt.datetime, int]]] = defaultdict(list)
-    for holding in held:
-        if holding.tenant_id in tenants:
-            cost, currency = price(holding.request, holding.timeout_s)
-            if cost:
-                seconds = holding.timeout_s or default_s
-                running[holding.tenant_id].append((cost, currency, holding.admitted_at or now, seconds))
-    rooms: dict[int, list[BudgetRoom]] = defaultdict(list)
-    for budget in hard:
-        committed = Decimal(0)
-        for tenant_id in budget.tenant_ids:
-            for cost, currency, start, seconds in running.get(tenant_id, ()):
-                if currency == budget.currency:
-                    after = (start + dt.timedelta(seconds=seconds) - max(start, budget.evaluated_at)).total_seconds()
-                    committed += cost * Decimal(min(max(int(after), 0), seconds)) / seconds
-        room = BudgetRoom(
-            key=budget.id,
-            name=budget.name,
-            left=budget.amount - budget.spent - committed,
-            limit=budget.amount,
-            currency=budget.currency,
-        )
-        for tenant_id in budget.tenant_ids:
-            rooms[tenant_id].append(room)
-    priced = []
-    for demand in demands:
-        if demand.tenant_id in rooms and not demand.budget_released:
-            cost, currency = price(demand.request, demand.timeout_s)
-            demand = dataclasses.replace(demand, cost=cost, currency=currency)
-        priced.append(demand)
-    return priced, dict(rooms)

@@ -34,7 +34,7 @@ from apps.core import epochs
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.queueing import kai, kueue
 
-from . import admission_inputs, manifests, selectors, services
+from . import admission_budgets, admission_inputs, manifests, selectors, services
 from . import choices as C
 from .admission import GPU, Decision, admit
 from .choices import HOLDING_PHASES, JobPhase
@@ -140,7 +140,7 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
             }
         )
         held = [h for h in admission_inputs.holdings(self.active_rows) if h.job_id not in self.released]
-        waiting, budgets = admission_inputs.budget_rooms(heads.demands, held, now)  # one query if a hard budget
+        waiting, budgets = admission_budgets.budget_rooms(heads.demands, held, now)  # one query if a hard budget
         self.decisions = {
             d.job_id: d
             for d in admit(

@@ -18,7 +18,8 @@ from django.db.models.fields.json import KT
 from apps.core.bulk import bulk_set, bulk_set_deferred
 from apps.core.deferred import deferred_writes
 from apps.core.periodic import nudge
-from apps.core.prepared import Arg, PreparedUpdate
+from apps.core.prepared import Arg
+from apps.core.prepared_update import PreparedUpdate
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants import keys
 from apps.tenants.bound_keys import api_key_revoke_bound_deferred, api_keys_issue_bound

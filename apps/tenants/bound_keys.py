@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from django.utils import timezone
 
 from apps.core.bulk import bulk_insert
-from apps.core.prepared import Arg, PreparedUpdate
+from apps.core.prepared import Arg
+from apps.core.prepared_update import PreparedUpdate
 
 from . import keys
 from .models import ApiKey, Tenant

@@ -171,7 +171,8 @@ def test_models_are_the_orms_instances_and_receivers_get_their_signals():
 def test_a_prepared_update_is_the_querysets_update_compiled_once():
     import datetime as dt
 
-    from apps.core.prepared import Arg, PreparedUpdate
+    from apps.core.prepared import Arg
+    from apps.core.prepared_update import PreparedUpdate
 
     tenant = make_tenant()
     jobs = [make_job(tenant) for _ in range(3)]
