@@ -151,11 +151,10 @@ def _run_stats_and_open_runs(
         reads.append(_RUN_STATS.statement(uids=[job.uid for job in opening]))
     if ending_pks:
         reads.append(_OPEN_OF_JOBS.statement(jobs=ending_pks))
-    results = iter(
-        finish(rows) for (_sql, _params, finish), rows in zip(reads, read_together([r[:2] for r in reads]), strict=True)
-    )
-    stats = {uid: (last, open_) for uid, last, open_ in next(results)} if opening else {}
-    runs = _open_runs_of(next(results)) if ending_pks else []
+    fetched = read_together([(sql, params) for sql, params, _finish in reads])
+    results = [finish(rows) for (_sql, _params, finish), rows in zip(reads, fetched, strict=True)]
+    stats = {uid: (last, open_) for uid, last, open_ in results[0]} if opening else {}
+    runs = _open_runs_of(results[-1]) if ending_pks else []
     return stats, runs
 
 

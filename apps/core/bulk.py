@@ -79,9 +79,7 @@ def bulk_set(
     """
     if not rows:
         return set()
-    when = when or {}
-    update = _update_postgresql if connection.vendor == "postgresql" else _update_case
-    sql, params = update(model._meta, rows, when, exclude or {})
+    sql, params = _update_statement(model, rows, when, exclude)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {model._meta.pk.to_python(row[0]) for row in cursor.fetchall()}
@@ -96,10 +94,15 @@ def bulk_set_deferred(
 ) -> None:
     """`bulk_set` whose result the caller does not need: inside `apps.core.deferred.deferred_writes()` sent with the
     block's next statement, at once otherwise."""
-    if not rows:
-        return
+    if rows:
+        execute_or_defer(*_update_statement(model, rows, when, exclude))
+
+
+def _update_statement(
+    model: type[models.Model], rows: Mapping[Any, Mapping[str, Any]], when: Any, exclude: Any
+) -> tuple[str, list[Any]]:
     update = _update_postgresql if connection.vendor == "postgresql" else _update_case
-    execute_or_defer(*update(model._meta, rows, when or {}, exclude or {}))
+    return update(model._meta, rows, when or {}, exclude or {})
 
 
 def _exclusions(meta: Any, exclude: Mapping[str, Sequence[Any]], column: Any) -> tuple[list[str], list[Any]]:

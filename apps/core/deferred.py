@@ -41,10 +41,7 @@ class _Batch:
         self.sending = True
         try:
             with connection.cursor() as cursor:
-                if len(statements) == 1:
-                    cursor.execute(*statements[0])
-                else:
-                    cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
+                cursor.execute(*_joined(statements))
         finally:
             self.sending = False
 
@@ -53,6 +50,13 @@ class _Batch:
         if not self.sending and self.statements:
             self.send()
         return execute(sql, params, many, context)
+
+
+def _joined(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
+    """One execute's text and parameters for these statements (a single one as it is)."""
+    if len(statements) == 1:
+        return statements[0][0], list(statements[0][1])
+    return ";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params]
 
 
 _batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("gryvia_deferred_writes", default=None)
@@ -99,9 +103,8 @@ def read_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[
     writes: list[tuple[str, Sequence[Any]]] = []
     if batch is not None:
         writes, batch.statements = batch.statements, []
-    every = [*writes, *statements]
     with connection.cursor() as cursor:
-        cursor.execute(";\n".join(sql for sql, _ in every), [p for _, ps in every for p in ps])
+        cursor.execute(*_joined([*writes, *statements]))
         for _ in writes:
             cursor.nextset()
         out = []

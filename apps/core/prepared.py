@@ -305,14 +305,18 @@ class PreparedRead:
         fetched, columns = self._fetch(using, arguments)
         return _rows_of(fetched, columns)
 
+    def _planned(self, using: str, arguments: Mapping[str, Iterable[Any]]) -> tuple[str, tuple, Any, list]:
+        """The statement, its parameters, and the plan of its rows (width to cut to, converters)."""
+        compiler = self._compiler(using, arguments)
+        width, columns = self._plan(compiler)
+        return *compiler.as_sql(), width, columns
+
     def statement(
         self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
     ) -> tuple[str, tuple, Callable[[list], list[tuple]]]:
         """The statement, its parameters, and what turns the rows the driver fetched for it into `rows()`'s: for a
         read sent with others in one round trip (apps.core.deferred.read_together)."""
-        compiler = self._compiler(using, arguments)
-        width, columns = self._plan(compiler)
-        sql, params = compiler.as_sql()
+        sql, params, width, columns = self._planned(using, arguments)
 
         def finish(fetched: list) -> list[tuple]:
             return _rows_of([row[:width] for row in fetched] if width is not None else fetched, columns)
@@ -324,20 +328,20 @@ class PreparedRead:
     ) -> tuple[str, tuple, Callable[[list], list[T]]]:
         """`statement()` for `built()`: what turns the fetched rows into `built(make)`'s objects (reusing, and then
         remembering, as `built` does)."""
-        compiler = self._compiler(using, arguments)
-        width, columns = self._plan(compiler)
-        sql, params = compiler.as_sql()
+        sql, params, width, columns = self._planned(using, arguments)
 
         def finish(fetched: list) -> list[T]:
-            if width is not None:
-                fetched = [row[:width] for row in fetched]
-            previous = self._built.get(make) or {}
-            out, self._built[make] = reuse_built(
-                previous, fetched, lambda row: make(*_converted(row, columns)), self._key_from
-            )
-            return out
+            return self._reused(make, [row[:width] for row in fetched] if width is not None else fetched, columns)
 
         return sql, params, finish
+
+    def _reused(self, make: Callable[..., T], fetched: list, columns: list) -> list[T]:
+        """`make`'s objects of the fetched rows, reusing those of the rows the previous call fetched too."""
+        previous = self._built.get(make) or {}
+        out, self._built[make] = reuse_built(
+            previous, fetched, lambda row: make(*_converted(row, columns)), self._key_from
+        )
+        return out
 
     def built(self, make: Callable[..., T], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[T]:
         """`[make(*row) for row in self.rows(...)]`, except that a row equal to one the previous call of `built`
@@ -345,11 +349,7 @@ class PreparedRead:
         object. For a read a pass runs every cycle whose rows mostly stay as they were (the admitted jobs, the
         queue heads). The objects, and the values in them, are shared between calls: treat them as read-only."""
         fetched, columns = self._fetch(using, arguments)
-        previous = self._built.get(make) or {}
-        out, self._built[make] = reuse_built(
-            previous, fetched, lambda row: make(*_converted(row, columns)), self._key_from
-        )
-        return out
+        return self._reused(make, fetched, columns)
 
     def models(self, model: type[Model], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]) -> list[Model]:
         """The rows as `model` instances, for a read of `model_fields(model)` (what the ORM would load); a read of
