@@ -72,16 +72,27 @@ def _lock_heads(tenant_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
     """Take the tenants' head row locks and read them (tenant id -> (sequence, hash)), in one statement: an upsert
     that writes each row to itself (row locks on PostgreSQL, the write lock on SQLite), creating it at sequence 0 the
     first time. Rows are locked in the order given: callers pass ascending ids, so two appenders never deadlock."""
+    sql, params = lock_heads_statement(tenant_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return locked_heads(cursor.fetchall())
+
+
+def lock_heads_statement(tenant_ids: Sequence[int]) -> tuple[str, list[int]]:
+    """`_lock_heads`'s statement (ids ascending, not empty), for a caller to send with others in one round trip
+    (apps.core.deferred.read_together); `locked_heads(rows)` reads its rows, for `append(heads=)`."""
     quote = connection.ops.quote_name
     table = quote(LedgerHead._meta.db_table)
     values = ", ".join(["(%s, 0, '')"] * len(tenant_ids))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES {values} "
-            f"ON CONFLICT (tenant_id) DO UPDATE SET sequence = {table}.sequence RETURNING tenant_id, sequence, hash",
-            list(tenant_ids),
-        )
-        return {tenant_id: (sequence, hash_) for tenant_id, sequence, hash_ in cursor.fetchall()}
+    return (
+        f"INSERT INTO {table} (tenant_id, sequence, hash) VALUES {values} "
+        f"ON CONFLICT (tenant_id) DO UPDATE SET sequence = {table}.sequence RETURNING tenant_id, sequence, hash",
+        list(tenant_ids),
+    )
+
+
+def locked_heads(rows: Iterable[tuple[int, int, str]]) -> dict[int, tuple[int, str]]:
+    return {tenant_id: (sequence, hash_) for tenant_id, sequence, hash_ in rows}
 
 
 def _move_heads(heads: dict[int, tuple[int, str]]) -> None:
@@ -148,13 +159,16 @@ class Sealable:
 _ENTRY_COLUMNS = ("tenant_id", "tenant_slug", *CANONICAL_FIELDS[1:], "hash_version", "hash")
 
 
-def append(records: Iterable[Sealable], *, now: dt.datetime | None = None) -> int:
-    """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written."""
+def append(
+    records: Iterable[Sealable], *, now: dt.datetime | None = None, heads: dict[int, tuple[int, str]] | None = None
+) -> int:
+    """Seal final records into their tenants' chains (in the caller's transaction). Returns the entries written.
+    `heads`: the tenants' heads, already locked in this transaction by the caller (`lock_heads_statement`)."""
     by_tenant: dict[int, tuple[str, list[tuple]]] = {}
     for r in records:
         entry = (r.name, r.uid, r.kind, r.job, r.sku, r.start, r.end, r.gpu_hours, r.rate, r.cost, r.currency)
         by_tenant.setdefault(r.tenant_id, (r.tenant_slug, []))[1].append(entry)
-    return _seal({tenant_id: by_tenant[tenant_id] for tenant_id in sorted(by_tenant)}, now)
+    return _seal({tenant_id: by_tenant[tenant_id] for tenant_id in sorted(by_tenant)}, now, heads)
 
 
 def seal(*, tenant_id: int, tenant_slug: str, entries: Iterable[Sequence[Any]], now: dt.datetime | None = None) -> int:
@@ -163,7 +177,11 @@ def seal(*, tenant_id: int, tenant_slug: str, entries: Iterable[Sequence[Any]], 
     return _seal({tenant_id: (tenant_slug, entries)}, now)
 
 
-def _seal(by_tenant: dict[int, tuple[str, Iterable[Sequence[Any]]]], now: dt.datetime | None) -> int:
+def _seal(
+    by_tenant: dict[int, tuple[str, Iterable[Sequence[Any]]]],
+    now: dt.datetime | None,
+    heads: dict[int, tuple[int, str]] | None = None,
+) -> int:
     """Seal the entries of each tenant (tenant id -> (slug, entry tuples), ids ascending) in three statements for
     all of them together: lock and read the heads, insert every entry (COPY on PostgreSQL), move the heads.
 
@@ -175,7 +193,8 @@ def _seal(by_tenant: dict[int, tuple[str, Iterable[Sequence[Any]]]], now: dt.dat
         return 0
     recorded_at = rfc3339(now or timezone.now())
     sha256 = hashlib.sha256
-    heads = _lock_heads(list(by_tenant))
+    if heads is None or not by_tenant.keys() <= heads.keys():
+        heads = _lock_heads(list(by_tenant))
     rows = []
     moved: dict[int, tuple[int, str]] = {}
     for tenant_id, (tenant_slug, entries) in by_tenant.items():

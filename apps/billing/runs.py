@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from apps.core.bulk import bulk_set, copy_insert_rows
+from apps.core.bulk import bulk_set, bulk_set_statement, copy_insert_rows
 from apps.core.deferred import read_together
 from apps.core.prepared import Arg, PreparedRead
 
@@ -206,8 +206,15 @@ def close_records(records: Iterable[tuple[Any, dt.datetime]], now: dt.datetime) 
         end = max(_whole(at), record.start)
         changes[record.pk] = {"end": end, "final": True, "refreshed_at": _whole(now), **pricing.price(record, end=end)}
         by_pk[record.pk] = record
+    if not changes:
+        return 0
     # One UPDATE for all, each row only while still open: one closed meanwhile by someone else is sealed once, by them.
-    done = bulk_set(UsageRecord, changes, when={pk: {"final": False} for pk in changes})
+    # The ledger heads of the records' tenants are locked in the same round trip (a head whose tenant's records
+    # were all closed meanwhile is locked for nothing: it stays as it is).
+    update = bulk_set_statement(UsageRecord, changes, when={pk: {"final": False} for pk in changes})
+    lock = ledger.lock_heads_statement(sorted({record.tenant_id for record in by_pk.values()}))
+    updated, locked = read_together([update[:2], lock])
+    done = update[2](updated)
     sealed = []
     for pk in sorted(done):
         record = by_pk[pk]
@@ -215,7 +222,7 @@ def close_records(records: Iterable[tuple[Any, dt.datetime]], now: dt.datetime) 
             setattr(record, key, value)
         slug = record.tenant_slug if isinstance(record, OpenRun) else record.tenant.slug
         sealed.append(ledger.Sealable.of(record, slug))
-    ledger.append(sealed, now=now)
+    ledger.append(sealed, now=now, heads=ledger.locked_heads(locked))
     if sealed:
         budgets_nudge()  # spend moved: hard budgets are measured again soon
     return len(sealed)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -79,10 +79,23 @@ def bulk_set(
     """
     if not rows:
         return set()
-    sql, params = _update_statement(model, rows, when, exclude)
+    sql, params, updated = bulk_set_statement(model, rows, when=when, exclude=exclude)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return {model._meta.pk.to_python(row[0]) for row in cursor.fetchall()}
+        return updated(cursor.fetchall())
+
+
+def bulk_set_statement(
+    model: type[models.Model],
+    rows: Mapping[Any, Mapping[str, Any]],
+    *,
+    when: Mapping[Any, Mapping[str, Any]] | None = None,
+    exclude: Mapping[str, Sequence[Any]] | None = None,
+) -> tuple[str, list[Any], Callable[[list[tuple]], set[Any]]]:
+    """`bulk_set`'s UPDATE (`rows` not empty), for a caller to send with other statements
+    (apps.core.deferred.read_together): (sql, params, what turns its rows into the primary keys updated)."""
+    pk = model._meta.pk
+    return (*_update_statement(model, rows, when, exclude), lambda fetched: {pk.to_python(row[0]) for row in fetched})
 
 
 def bulk_set_deferred(

@@ -20,7 +20,7 @@ import contextvars
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 try:  # psycopg 3's client-side binding cursor: the one Django uses unless OPTIONS["server_side_binding"] is set
     from psycopg import ClientCursor
@@ -33,11 +33,13 @@ class _Batch:
         self.statements: list[tuple[str, Sequence[Any]]] = []
         self.sending = False
 
-    def send(self) -> None:
-        """Run the kept writes (one execute), if any."""
+    def send(self, *, commit: bool = False) -> None:
+        """Run the kept writes (one execute), if any; with `commit`, a COMMIT after them in the same execute."""
         if not self.statements:
             return
         statements, self.statements = self.statements, []
+        if commit:
+            statements.append(("COMMIT", []))
         self.sending = True
         try:
             with connection.cursor() as cursor:
@@ -46,10 +48,21 @@ class _Batch:
             self.sending = False
 
     def __call__(self, execute, sql, params, many, context):
-        """Django execute wrapper: the kept writes go first, as the statements before this one."""
-        if not self.sending and self.statements:
-            self.send()
-        return execute(sql, params, many, context)
+        """Django execute wrapper: the kept writes go first, as the statements before this one, in its execute
+        (one round trip); the caller sees this statement's result. A statement whose text is not bound by the
+        driver (no parameters: a COPY, a text with a literal `%`), is run many times or through a named cursor gets
+        the writes as an execute of their own."""
+        if self.sending or not self.statements:
+            return execute(sql, params, many, context)
+        cursor = context["cursor"].cursor
+        if many or not isinstance(params, list | tuple) or not isinstance(cursor, ClientCursor):
+            self.send()  # (a named cursor's statement goes into a DECLARE: one statement only)
+            return execute(sql, params, many, context)
+        kept, self.statements = self.statements, []
+        result = execute(*_joined([*kept, (sql, params)]), many, context)
+        for _ in kept:
+            cursor.nextset()
+        return result
 
 
 def _joined(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
@@ -73,6 +86,23 @@ def _batches() -> bool:
 @contextlib.contextmanager
 def deferred_writes() -> Iterator[None]:
     """Writes made through `execute_or_defer` inside are sent together (see the module docstring)."""
+    with _kept(commit=False):
+        yield
+
+
+@contextlib.contextmanager
+def atomic_deferred_writes() -> Iterator[None]:
+    """`transaction.atomic()` around `deferred_writes()`. Where the block opens the transaction (none was open
+    and the connection autocommits), the writes kept at its end go to the server with its COMMIT, in one execute:
+    one round trip for both. Django's own commit then finds nothing to do (psycopg sends no COMMIT outside a
+    transaction). A failing write leaves the transaction aborted and the block rolls it back, as any error would."""
+    opens = not connection.in_atomic_block and connection.get_autocommit()
+    with transaction.atomic(), _kept(commit=opens):
+        yield
+
+
+@contextlib.contextmanager
+def _kept(*, commit: bool) -> Iterator[None]:
     if _batch.get() is not None or not _batches():
         yield
         return
@@ -81,7 +111,7 @@ def deferred_writes() -> Iterator[None]:
     try:
         with connection.execute_wrapper(batch):
             yield
-            batch.send()
+            batch.send(commit=commit and not connection.needs_rollback)
     finally:
         _batch.reset(token)
 

@@ -56,9 +56,12 @@ class _Snapshot:
             if connections[using].vendor not in _VENDORS:
                 return None
             with connections[using].cursor() as cursor:
-                cursor.execute(f"SELECT table_name, epoch FROM {TABLE}")  # noqa: S608 (a constant)
+                cursor.execute(_READ)
                 epochs = self.epochs[using] = dict(cursor.fetchall())
         return epochs
+
+
+_READ = f"SELECT table_name, epoch FROM {TABLE}"  # noqa: S608 (a constant)
 
 
 @contextlib.contextmanager
@@ -69,6 +72,20 @@ def snapshot() -> Iterator[None]:
         yield
     finally:
         _snapshot.reset(token)
+
+
+def snapshot_reads(using: str = DEFAULT_DB_ALIAS) -> list[tuple[str, list[Any], Callable[[list[tuple]], None]]]:
+    """The current snapshot's read of the epochs, for a caller to send with a statement of its own (a lock attempt:
+    apps.core.locks.try_advisory_lock's `reads`): [(sql, params, what receives the rows)], or [] outside a snapshot,
+    once it has read them, or on a database without the triggers."""
+    current = _snapshot.get()
+    if current is None or using in current.epochs or connections[using].vendor not in _VENDORS:
+        return []
+
+    def receive(rows: list[tuple]) -> None:
+        current.epochs[using] = dict(rows)
+
+    return [(_READ, [], receive)]
 
 
 class EpochCached(Generic[T]):

@@ -9,20 +9,34 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
+from .deferred import read_together
+
+# A read to make once the lock is taken: (sql with %s placeholders, params, what receives its rows).
+LockedRead = tuple[str, Sequence[Any], Callable[[list[tuple]], None]]
+
 
 @contextmanager
-def try_advisory_lock(name: str) -> Iterator[bool]:
-    """Yield True when the lock `name` was taken, False when someone else holds it; never waits."""
+def try_advisory_lock(name: str, *, reads: Sequence[LockedRead] = ()) -> Iterator[bool]:
+    """Yield True when the lock `name` was taken, False when someone else holds it; never waits.
+
+    `reads` are made when the lock is taken, each one's rows handed to its receiver before the block runs. On
+    PostgreSQL they go in the lock attempt's round trip (apps.core.deferred.read_together): read after the lock
+    in the same execute, so they see what the lock's previous holder committed. Their rows are dropped when the
+    lock was not taken."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
-            acquired = bool(cursor.fetchone()[0])
+        [[(acquired,)], *fetched] = read_together(
+            [("SELECT pg_try_advisory_lock(hashtext(%s))", [name]), *[(sql, params) for sql, params, _ in reads]]
+        )
+        if acquired:
+            for (_sql, _params, receive), rows in zip(reads, fetched, strict=True):
+                receive(rows)
         try:
             yield acquired
         finally:
@@ -40,6 +54,10 @@ def try_advisory_lock(name: str) -> Iterator[bool]:
             acquired = True
         except BlockingIOError:
             acquired = False
+        if acquired and reads:
+            fetched = read_together([(sql, params) for sql, params, _ in reads])
+            for (_sql, _params, receive), rows in zip(reads, fetched, strict=True):
+                receive(rows)
         try:
             yield acquired
         finally:

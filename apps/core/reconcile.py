@@ -31,7 +31,7 @@ from apps.cluster.backends.base import (
 )
 
 from . import fastjson
-from .locks import try_advisory_lock
+from .locks import LockedRead, try_advisory_lock
 from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
 
 logger = logging.getLogger(__name__)
@@ -180,10 +180,15 @@ class OwnerReconciler(ABC, Generic[Owner]):
 
     # -- the pass ---------------------------------------------------------------------------------------------
 
+    def lock_reads(self) -> list[LockedRead]:
+        """Reads a pass makes first, sent with the attempt to take the reconciler's lock (one round trip); their
+        rows reach their receivers only when the lock was taken (apps.core.locks)."""
+        return []
+
     def run_pass(self) -> ReconcileStats:
         stats = ReconcileStats()
         started = time.monotonic()
-        with try_advisory_lock(f"reconcile:{self.kind}") as acquired:
+        with try_advisory_lock(f"reconcile:{self.kind}", reads=self.lock_reads()) as acquired:
             if not acquired:
                 stats.skipped = True
                 return stats

@@ -31,6 +31,7 @@ from apps.cluster.backends.base import (
     ClusterBackend,
 )
 from apps.core import epochs
+from apps.core.locks import LockedRead
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.queueing import kai, kueue
 
@@ -102,6 +103,9 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         # changed since this process last read them: one read of their epochs a pass (apps.core.epochs).
         with epochs.snapshot():
             return super().run_pass()
+
+    def lock_reads(self) -> list[LockedRead]:
+        return epochs.snapshot_reads()  # the epochs, read with the lock attempt
 
     def begin_pass(self, observed: dict[str | None, dict[str, list[dict[str, Any]]]]) -> None:
         total, now = 0, timezone.now()

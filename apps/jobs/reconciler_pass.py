@@ -12,11 +12,10 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models.fields.json import KT
 
 from apps.core.bulk import bulk_set, bulk_set_deferred
-from apps.core.deferred import deferred_writes
+from apps.core.deferred import atomic_deferred_writes, deferred_writes
 from apps.core.periodic import nudge
 from apps.core.prepared import Arg
 from apps.core.prepared_update import PreparedUpdate
@@ -252,7 +251,7 @@ class PassMixin:
         writes whose results nothing reads go to the server together, with the statement after them
         (apps.core.deferred): a pass's end takes a few round trips, not one per write."""
         # Status, its events and their webhook outbox rows: all or none.
-        with transaction.atomic(), deferred_writes():
+        with atomic_deferred_writes():  # (its last writes go with the COMMIT)
             for pk in self._changes.keys() & set(self._finalize):  # ended and collected in this pass: one write
                 self._changes[pk]["finalized"] = True
             written = bulk_set(Job, self._changes, exclude={"phase": sorted(TERMINAL_PHASES)})

@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.deferred import deferred_writes, execute_or_defer, read_together
+from apps.core.deferred import atomic_deferred_writes, deferred_writes, execute_or_defer, read_together
 from apps.tenants.models import Tenant
 from tests.factories import make_tenant
 
@@ -41,8 +41,68 @@ def test_kept_writes_go_in_one_execute_before_the_next_statement_which_sees_them
         assert seen == ["again 50%", "second"]  # the read came after the writes, and saw them in their order
         execute_or_defer(RENAME, ["last", b.pk])  # sent when the block ends
     sql = _sent(queries)
-    assert len(sql) == 3 and sql[0].count("UPDATE tenants_tenant") == 3 and sql[1].startswith("SELECT")
-    assert "'last'" in sql[2] and (_name(a), _name(b)) == ("again 50%", "last")
+    # The three kept writes and the read: one execute, whose result is the read's; then the last write.
+    assert len(sql) == 2 and sql[0].count("UPDATE tenants_tenant") == 3 and "SELECT" in sql[0]
+    assert "'last'" in sql[1] and (_name(a), _name(b)) == ("again 50%", "last")
+
+
+@postgresql_only
+def test_the_next_statement_reports_its_own_result_and_row_count():
+    a, b = make_tenant(), make_tenant()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), deferred_writes():
+        execute_or_defer(RENAME, ["kept", a.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE tenants_tenant SET display_name = %s WHERE id = ANY(%s)", ["both", [a.pk, b.pk]])
+            assert cursor.rowcount == 2  # its own count, not the kept write's 1
+        execute_or_defer(RENAME, ["kept again", a.pk])
+        created = Tenant.objects.create(slug="made-in-block", display_name="x")  # an INSERT … RETURNING
+        assert created.pk and Tenant.objects.filter(pk=created.pk).exists()
+    assert len(_sent(queries)) == 3 and _name(a) == "kept again" and _name(b) == "both"
+
+
+@postgresql_only
+def test_statements_the_driver_does_not_bind_get_the_kept_writes_in_an_execute_of_their_own():
+    tenant = make_tenant()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), deferred_writes():
+        execute_or_defer(RENAME, ["kept", tenant.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT '100%'")  # no parameters: its text is sent as it is, a `%` included
+            assert cursor.fetchone() == ("100%",)
+        execute_or_defer(RENAME, ["kept again", tenant.pk])
+        # A named (server-side) cursor's statement is declared as a cursor: one statement only.
+        assert [t.display_name for t in Tenant.objects.filter(pk=tenant.pk).iterator(chunk_size=10)] == ["kept again"]
+    sql = _sent(queries)
+    assert sql[0].startswith("UPDATE") and sql[1] == "SELECT '100%'" and sql[2].startswith("UPDATE")
+    assert _name(tenant) == "kept again"
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_block_that_opens_the_transaction_sends_its_last_writes_with_the_commit():
+    from psycopg.pq import TransactionStatus
+
+    tenant = make_tenant()
+    with CaptureQueriesContext(connection) as queries:
+        with atomic_deferred_writes():
+            Tenant.objects.filter(pk=tenant.pk).count()
+            execute_or_defer(RENAME, ["committed", tenant.pk])
+    # (Django logs its own BEGIN and COMMIT; psycopg finds the transaction committed and sends no second COMMIT.)
+    sql = [q for q in _sent(queries) if q not in ("BEGIN", "COMMIT")]
+    assert len(sql) == 2 and sql[1].endswith(";\nCOMMIT")
+    assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE and connection.get_autocommit()
+    assert _name(tenant) == "committed"
+    # A failing last write: nothing of the block stays, and the connection goes on.
+    with pytest.raises(DatabaseError), atomic_deferred_writes():
+        execute_or_defer(RENAME, ["never", tenant.pk])
+        execute_or_defer("UPDATE tenants_tenant SET max_gpus = %s WHERE id = %s", [-1, tenant.pk])  # a CHECK fails
+    assert _name(tenant) == "committed" and connection.get_autocommit()
+    # Inside a transaction someone else opened, the block does not commit it.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with CaptureQueriesContext(connection) as inner, atomic_deferred_writes():
+            execute_or_defer(RENAME, ["rolled back", tenant.pk])
+        assert not any(q.endswith("COMMIT") for q in _sent(inner))
+        raise RuntimeError("the outer block fails")
+    assert _name(tenant) == "committed"
 
 
 def test_an_exception_leaving_the_block_drops_what_it_kept():

@@ -67,6 +67,27 @@ def test_a_cached_read_loads_again_only_when_its_table_changed():
         assert cached.get() == [("first",), ("second",)] and len(loads) == 4
 
 
+def test_a_snapshot_takes_its_epochs_from_a_read_sent_with_another_statement():
+    cached = EpochCached(("tenants_tenant",), lambda: sorted(Tenant.objects.values_list("slug", flat=True)))
+    make_tenant("first")
+    assert epochs.snapshot_reads() == []  # outside a snapshot: nothing to read
+    with epochs.snapshot():
+        [(sql, params, receive)] = epochs.snapshot_reads()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            receive(cursor.fetchall())
+        assert epochs.snapshot_reads() == []  # read already
+        assert cached.get() == ["first"]
+    with epochs.snapshot():
+        [(sql, params, receive)] = epochs.snapshot_reads()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            receive(cursor.fetchall())
+        with CaptureQueriesContext(connection) as queries:
+            assert cached.get() == ["first"]  # the epochs received, unchanged: no statement at all
+        assert len(queries) == 0
+
+
 def test_a_rolled_back_write_is_not_served_afterwards():
     cached = EpochCached(("tenants_tenant",), lambda: sorted(Tenant.objects.values_list("slug", flat=True)))
     make_tenant("kept")

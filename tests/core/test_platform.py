@@ -107,6 +107,29 @@ def test_advisory_lock_is_not_reentrant_across_holders():
         assert again
 
 
+def test_reads_made_with_the_lock_reach_their_receivers_only_when_it_was_taken():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    got_rows: list = []
+    reads = [("SELECT %s + 1", [41], got_rows.append)]
+    with CaptureQueriesContext(connection) as queries, try_advisory_lock("t-read", reads=reads) as got:
+        assert got and got_rows == [[(42,)]]
+        if connection.vendor == "postgresql":  # the lock attempt and the read: one execute
+            assert len(queries) == 1 and "pg_try_advisory_lock" in queries[0]["sql"]
+        import threading
+
+        def other():
+            with try_advisory_lock("t-read", reads=reads) as again:
+                assert not again
+            connection.close()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert got_rows == [[(42,)]]  # the other holder's attempt failed: its read reached nobody
+
+
 @pytest.mark.postgres
 def test_postgres_profile_uses_advisory_locks():
     from django.db import connection
