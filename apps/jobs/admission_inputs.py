@@ -8,6 +8,7 @@ function) and what the admitted jobs hold, never the specs of thousands of waiti
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -15,9 +16,11 @@ from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
+from apps.core import stamped
 from apps.core.deferred import read_together
 from apps.core.epochs import EpochCached
-from apps.core.prepared import PreparedRead, json_from_db, reuse_built
+from apps.core.prepared import PreparedRead, json_from_db
+from apps.core.stamped import StampedRows
 from apps.queueing import selectors as queueing
 from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
@@ -142,39 +145,53 @@ def _head(
 _TABLE = Job._meta.db_table
 _PHASES = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)  # literals: the queue-order index's condition
 _WAITING = "NOT {t}.finalized AND {t}.cancel_requested_at IS NULL AND {t}.phase IN (" + _PHASES + ")"
+# The heavy columns come only for a row changed since the previous read (apps.core.stamped): the rank and counts
+# change as the queue moves, the rest only with the row.
+_HEAD_COLUMNS = (
+    "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt", "phase", "reason", "message",
+    "timeout_s", "budget_released_at", "uid", "name",
+)  # fmt: skip
+_HEAD_FRESH = [f"h.{c}::text" if c == "uid" else f"h.{c}" for c in _HEAD_COLUMNS]
 _HEADS_SQL = f"""
 WITH q AS (
     SELECT tenant_id, queue_name, count(*) AS waiting, count(*) FILTER (WHERE phase = '{JobPhase.PENDING}') AS pending
     FROM {_TABLE} WHERE {_WAITING.format(t=_TABLE)}
     GROUP BY tenant_id, queue_name
 )
-SELECT h.id, h.tenant_id, h.queue_name, h.priority, h.created_at, h.request, h.may_preempt, h.phase, h.reason,
-       h.message, h.rank, q.waiting, q.pending, h.timeout_s, h.budget_released_at, h.uid::text, h.name
+SELECT h.id, h.stamp, {stamped.known()}, {stamped.fresh_only(_HEAD_FRESH)}, h.rank, q.waiting, q.pending
 FROM q CROSS JOIN LATERAL (
-    SELECT j.id, j.tenant_id, j.queue_name, j.priority, j.created_at, j.request, j.may_preempt, j.phase, j.reason,
-           j.message, j.timeout_s, j.budget_released_at, j.uid, j.name,
+    SELECT j.id, {stamped.stamp("j")} AS stamp, {", ".join(f"j.{c}" for c in _HEAD_COLUMNS)},
            row_number() OVER (ORDER BY j.priority DESC, j.created_at, j.id) AS rank
     FROM {_TABLE} AS j
     WHERE j.tenant_id = q.tenant_id AND j.queue_name = q.queue_name AND {_WAITING.format(t="j")}
     ORDER BY j.priority DESC, j.created_at, j.id
     LIMIT %s
 ) AS h
+{stamped.join("h", stamped="h.stamp")}
 ORDER BY h.tenant_id, h.queue_name, h.rank
 """
-_HEADS_BUILT: dict[tuple, tuple] = {}  # PostgreSQL: fetched row -> what _head built of it, for the last call's rows
+_HEADS_BUILT: StampedRows[tuple] = StampedRows()  # PostgreSQL: what the last read built of each row
 
 
-def _head_of_row(row: tuple) -> tuple[Demand, tuple[str, str, str], int, int, int, tuple[str, str]]:
-    pk, tenant_id, queue, priority, created_at, request, *rest = row
-    return _head(pk, tenant_id, queue, priority, created_at, json_from_db(request), *rest)
+def _head_of_row(pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, timeout_s,
+                 released_at, uid, name) -> tuple[Demand, tuple[str, str, str], tuple[str, str]]:  # fmt: skip
+    """`_head`'s demand, status and (uid, name), of `_HEADS_SQL`'s columns."""
+    demand, state, _rank, _n, _p, identity = _head(
+        pk, tenant_id, queue, priority, created_at, json_from_db(request), may_preempt, phase, reason, message, 0, 0,
+        0, timeout_s, released_at, uid, name,
+    )  # fmt: skip
+    return demand, state, identity
 
 
-def _heads_postgresql(fetched: list[tuple]) -> list[tuple[Demand, tuple[str, str, str], int, int, int, tuple]]:
-    """`_HEADS_SQL`'s fetched rows, each as `_head` builds it; a row as the previous call fetched it keeps what was
-    built then (as PreparedRead.built)."""
-    global _HEADS_BUILT
-    out, _HEADS_BUILT = reuse_built(_HEADS_BUILT, fetched, _head_of_row)
-    return out
+def _heads_statement(per_queue: int) -> tuple[str, list[Any], Callable[[list[tuple]], list[tuple]]]:
+    """`_HEADS_SQL` and what turns its rows into `_head`'s; a row unchanged since the previous read keeps what was
+    built of it then (apps.core.stamped)."""
+    params, finish = _HEADS_BUILT.read(_head_of_row, width=len(_HEAD_COLUMNS))
+
+    def rows(fetched: list[tuple]) -> list[tuple]:
+        return [(demand, state, rank, n, p, identity) for (demand, state, identity), rank, n, p in finish(fetched)]
+
+    return _HEADS_SQL, [per_queue, *params], rows
 
 
 def waiting_heads(per_queue: int) -> WaitingHeads:
@@ -189,12 +206,13 @@ def heads_and_active(per_queue: int, *, with_active: bool = True) -> tuple[Waiti
     trip (apps.core.deferred.read_together)."""
     active_rows: list[Active] = []
     if connection.vendor == "postgresql":
-        reads = [(_HEADS_SQL, [per_queue])]
+        heads_sql, heads_params, heads_finish = _heads_statement(per_queue)
+        reads = [(heads_sql, heads_params)]
         if with_active:
-            sql, params, finish = _ACTIVE.built_statement(_active)
+            sql, params, finish = _active_statement()
             reads.append((sql, params))
         fetched = read_together(reads)
-        rows = _heads_postgresql(fetched[0])
+        rows = heads_finish(fetched[0])
         if with_active:
             active_rows = finish(fetched[1])
     else:
@@ -251,11 +269,39 @@ def _active_query() -> QuerySet:
 
 
 _ACTIVE = PreparedRead(_active_query, key_from=1)  # (a row's uid is its id's)
+# PostgreSQL: the same rows, their columns only where changed since the previous read (apps.core.stamped).
+_ACTIVE_COLUMNS = (
+    "uid::text", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority",
+    "COALESCE(j.start_time, j.updated_at)", "phase", "generation", "observed_generation", "cancel_requested_at",
+    "timeout_s", "completion_time", "spec ->> 'ttlSecondsAfterFinished'",
+)  # fmt: skip
+_ACTIVE_SQL = f"""
+SELECT j.id, {stamped.stamp("j")}, {stamped.known()},
+       {stamped.fresh_only([c if c.startswith("COALESCE") else f"j.{c}" for c in _ACTIVE_COLUMNS])}
+FROM {_TABLE} AS j {stamped.join("j")}
+WHERE NOT j.finalized AND j.phase NOT IN ({_PHASES})
+"""
+_ACTIVE_BUILT: StampedRows[Active] = StampedRows()
+
+
+def _active_of_row(pk: int, uid: str, tenant_id: int, queue: str, request: str, *rest: Any) -> Active:
+    return Active(pk, uid, tenant_id, queue, json_from_db(request), *rest)
+
+
+def _active_statement() -> tuple[str, list[Any], Callable[[list[tuple]], list[Active]]]:
+    """`_ACTIVE_SQL` and what turns its rows into `active()`'s; a row unchanged since the previous read keeps the
+    Active built of it then."""
+    params, finish = _ACTIVE_BUILT.read(_active_of_row, width=len(_ACTIVE_COLUMNS))
+    return _ACTIVE_SQL, params, lambda fetched: [active for (active,) in finish(fetched)]
 
 
 def active() -> list[Active]:
     """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
     and the reconciler (which jobs changed). A row as the previous pass read it keeps the Active built then."""
+    if connection.vendor == "postgresql":
+        sql, params, finish = _active_statement()
+        [fetched] = read_together([(sql, params)])
+        return finish(fetched)
     return _ACTIVE.built(_active)
 
 
