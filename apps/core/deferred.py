@@ -43,7 +43,7 @@ class _Batch:
         self.sending = True
         try:
             with connection.cursor() as cursor:
-                cursor.execute(*_joined(statements))
+                cursor.execute(*_joined(statements, cursor.cursor))
         finally:
             self.sending = False
 
@@ -59,17 +59,21 @@ class _Batch:
             self.send()  # (a named cursor's statement goes into a DECLARE: one statement only)
             return execute(sql, params, many, context)
         kept, self.statements = self.statements, []
-        result = execute(*_joined([*kept, (sql, params)]), many, context)
+        result = execute(*_joined([*kept, (sql, params)], cursor), many, context)
         for _ in kept:
             cursor.nextset()
         return result
 
 
-def _joined(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
-    """One execute's text and parameters for these statements (a single one as it is)."""
+def _joined(statements: Sequence[tuple[str, Sequence[Any]]], cursor: Any) -> tuple[str, list[Any] | None]:
+    """One execute's text and parameters for these statements (a single one as it is). Several are bound each on
+    its own (`cursor`: psycopg's client-side binding cursor) and joined into a text sent as it is: the driver parses
+    a statement's text for its placeholders once per distinct text (cached) when it is short, but a long one, as
+    joined statements are, every time."""
     if len(statements) == 1:
         return statements[0][0], list(statements[0][1])
-    return ";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params]
+    mogrify = cursor.mogrify
+    return ";\n".join(mogrify(sql, params) for sql, params in statements), None
 
 
 _batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("gryvia_deferred_writes", default=None)
@@ -134,7 +138,7 @@ def read_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[
     if batch is not None:
         writes, batch.statements = batch.statements, []
     with connection.cursor() as cursor:
-        cursor.execute(*_joined([*writes, *statements]))
+        cursor.execute(*_joined([*writes, *statements], cursor.cursor))
         for _ in writes:
             cursor.nextset()
         out = []

@@ -86,7 +86,8 @@ class PlacementMixin:
         for node in chosen.nodes:  # later jobs of this pass see what is left
             taken[node] = taken.get(node, 0) + spec.gpus_per_pod
         self.node_views = [
-            dataclasses.replace(v, free_gpus=v.free_gpus - taken.get(v.name, 0)) for v in self.node_views
+            dataclasses.replace(v, free_gpus=v.free_gpus - taken[v.name]) if v.name in taken else v
+            for v in self.node_views
         ]
         record = {
             "nodes": chosen.nodes,
