@@ -323,18 +323,6 @@ class PreparedRead:
 
         return sql, params, finish
 
-    def built_statement(
-        self, make: Callable[..., T], using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
-    ) -> tuple[str, tuple, Callable[[list], list[T]]]:
-        """`statement()` for `built()`: what turns the fetched rows into `built(make)`'s objects (reusing, and then
-        remembering, as `built` does)."""
-        sql, params, width, columns = self._planned(using, arguments)
-
-        def finish(fetched: list) -> list[T]:
-            return self._reused(make, [row[:width] for row in fetched] if width is not None else fetched, columns)
-
-        return sql, params, finish
-
     def _reused(self, make: Callable[..., T], fetched: list, columns: list) -> list[T]:
         """`make`'s objects of the fetched rows, reusing those of the rows the previous call fetched too."""
         previous = self._built.get(make) or {}

@@ -124,6 +124,19 @@ def _head(
     """One row of the heads' read: the job's demand, its (phase, reason, message), its rank in its queue, how many
     wait in the queue and how many of those are still Pending (the same for every row of a queue), and its (uid,
     name)."""
+    demand, state, identity = _head_of_job(
+        pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, timeout_s,
+        released_at, uid, name,
+    )  # fmt: skip
+    return demand, state, rank, n, p, identity
+
+
+def _head_of_job(
+    pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, timeout_s, released_at,
+    uid, name,
+) -> tuple[Demand, tuple[str, str, str], tuple[str, str]]:  # fmt: skip
+    """What a head is of its job's row alone (not its place in the queue): its demand, (phase, reason, message)
+    and (uid, name)."""
     demand = Demand(
         job_id=pk,
         tenant_id=tenant_id,
@@ -136,7 +149,7 @@ def _head(
         timeout_s=timeout_s,
         budget_released=released_at is not None,
     )
-    return demand, (phase, reason, message), rank, n, p, (str(uid), name)
+    return demand, (phase, reason, message), (str(uid), name)
 
 
 # PostgreSQL: each queue's first jobs through the queue-order index (LATERAL ... LIMIT, in index order), and each
@@ -173,14 +186,9 @@ ORDER BY h.tenant_id, h.queue_name, h.rank
 _HEADS_BUILT: StampedRows[tuple] = StampedRows()  # PostgreSQL: what the last read built of each row
 
 
-def _head_of_row(pk, tenant_id, queue, priority, created_at, request, may_preempt, phase, reason, message, timeout_s,
-                 released_at, uid, name) -> tuple[Demand, tuple[str, str, str], tuple[str, str]]:  # fmt: skip
-    """`_head`'s demand, status and (uid, name), of `_HEADS_SQL`'s columns."""
-    demand, state, _rank, _n, _p, identity = _head(
-        pk, tenant_id, queue, priority, created_at, json_from_db(request), may_preempt, phase, reason, message, 0, 0,
-        0, timeout_s, released_at, uid, name,
-    )  # fmt: skip
-    return demand, state, identity
+def _head_of_row(pk, tenant_id, queue, priority, created_at, request, *rest) -> tuple:
+    """`_head_of_job` of `_HEADS_SQL`'s columns (the request as the driver gives it)."""
+    return _head_of_job(pk, tenant_id, queue, priority, created_at, json_from_db(request), *rest)
 
 
 def _heads_statement(per_queue: int) -> tuple[str, list[Any], Callable[[list[tuple]], list[tuple]]]:
