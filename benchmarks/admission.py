@@ -95,6 +95,26 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _interpreter_line() -> str:
+    """Which Python runs the cycles, and how fast this machine runs plain Python right now (shared VMs vary by
+    tens of per cent from day to day): the CPU of a fixed pure-Python loop, best of three."""
+    import platform
+
+    def loop() -> float:
+        started = time.process_time()
+        for _ in range(2000):
+            sum(range(1000))
+        return time.process_time() - started
+
+    best = min(loop() for _ in range(3))
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return (
+        f"# interpreter: {platform.python_implementation()} {platform.python_version()} ({base}, "
+        f"built {' '.join(platform.python_build())}); reference loop (sum(range(1000)) x 2,000): "
+        f"{best * 1000:.1f} ms of CPU"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.child:
@@ -104,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sizes: job counts of at least 10, comma-separated")
     deadline = time.monotonic() + args.time_limit_s
     print(HEADER, flush=True)
+    print(_interpreter_line(), flush=True)
     failed = 0
     for size in sizes:
         budget = deadline - time.monotonic()
