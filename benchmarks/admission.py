@@ -90,6 +90,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-limit-s", type=float, default=570.0, help="for the whole run, all sizes")
     parser.add_argument("--profile", default="", help="write cProfile stats of the cycles here (SIZE appended)")
     parser.add_argument("--trace", default="", help="write one line per cycle here (SIZE appended): cpu, admitted")
+    parser.add_argument(
+        "--idle-passes",
+        default="",
+        metavar="CYCLE:PASSES",
+        help="after cycle CYCLE, run PASSES extra passes with the clock standing still (nothing to do) and print "
+        "their median CPU: a cycle's fixed cost at that size (not counted in the figures)",
+    )
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--budget-s", type=float, default=0.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--profile", args.profile]
         if args.trace:
             command += ["--trace", args.trace]
+        if args.idle_passes:
+            command += ["--idle-passes", args.idle_passes]
         try:
             # The child prints its result line to stdout (inherited) and its progress to stderr.
             failed += subprocess.run(command, check=False).returncode != 0
@@ -290,6 +299,25 @@ class _Queries:
         return execute(sql, params, many, context)
 
 
+def _idle_passes(size: int, reconciler: Any, queries: _Queries, passes: int) -> None:
+    """`passes` more passes at the same simulated instant (the last cycle left them nothing to do, or the first of
+    them does what is left): the median CPU and executes of one, logged. Not counted in the run's figures."""
+    from django.db import connection
+
+    cpus, executes = [], []
+    for _ in range(passes):
+        before = queries.count
+        cpu0 = time.process_time()
+        with connection.execute_wrapper(queries):
+            reconciler.run_pass()
+        cpus.append(time.process_time() - cpu0)
+        executes.append(queries.count - before)
+    log(
+        f"[{size}] {passes} idle passes: median {statistics.median(cpus) * 1000:.2f} ms of CPU, "
+        f"min {min(cpus) * 1000:.2f}, {statistics.median(executes):.0f} executes each (not in the figures)"
+    )
+
+
 def _percentile(values: list[float], q: float) -> float:
     if len(values) == 1:
         return values[0]
@@ -349,6 +377,7 @@ def _child(args: argparse.Namespace) -> int:
         deadline = started + args.budget_s
         fingerprint: tuple = ()
         trace: list[tuple[float, float, int, int]] | None = [] if args.trace else None  # wall, cpu, started, ended
+        idle = tuple(int(part) for part in args.idle_passes.split(":")) if args.idle_passes else None
         while True:
             before_q, before_started = queries.count, cluster.jobs_started
             cpu0, wall0, cpu_before = time.process_time(), time.perf_counter(), cpu
@@ -369,6 +398,8 @@ def _child(args: argparse.Namespace) -> int:
                     (walls[-1], cpu - cpu_before, cluster.jobs_started - before_started, now_finished - finished)
                 )
             finished = now_finished
+            if idle is not None and len(walls) == idle[0]:
+                _idle_passes(size, reconciler, queries, idle[1])
             if finished >= total:
                 makespan = cluster.now
                 break

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_admission_benchmark_prints_its_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.admission", "--sizes", "150", "--db", "sqlite"],
+        [sys.executable, "-m", "benchmarks.admission", "--sizes", "150", "--db", "sqlite", "--idle-passes", "3:5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -31,3 +31,10 @@ def test_the_admission_benchmark_prints_its_line(tmp_path):
     assert re.fullmatch(pattern, line), line
     # The control plane runs on the simulated clock: each finished job is collected by the pass that sees it finish.
     assert "[150] finished jobs left uncollected: 0\n" in result.stderr, result.stderr[-3000:]
+    # The header names the interpreter; --idle-passes logs the fixed cost of a pass with nothing to do.
+    assert re.search(
+        r"^# interpreter: CPython 3\.\d+\.\d+ .*reference loop .*: [0-9.]+ ms of CPU$", result.stdout, re.M
+    )
+    assert re.search(
+        r"^\[150\] 5 idle passes: median [0-9.]+ ms of CPU, min [0-9.]+, \d+ executes each", result.stderr, re.M
+    )
