@@ -217,16 +217,7 @@ def headless_service(
         ports.append({"name": "http", "port": port, "targetPort": port})
     meta = _meta(names(name)["service"], namespace, job_labels)
     if owner is not None and (owner.get("metadata") or {}).get("uid"):
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": False,
-            }
-        ]
+        meta["ownerReferences"] = owned_by(owner)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -238,6 +229,21 @@ def headless_service(
             "ports": ports,
         },
     }
+
+
+def owned_by(owner: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `ownerReferences` of an object the live `owner` (a workload with its uid) controls."""
+    meta = owner["metadata"]
+    return [
+        {
+            "apiVersion": owner["apiVersion"],
+            "kind": owner["kind"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
 
 
 def data_pvc(spec: JobSpec, *, name: str, namespace: str, uid: str, tenant: str) -> dict[str, Any] | None:

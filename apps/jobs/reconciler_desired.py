@@ -162,14 +162,6 @@ class DesiredMixin:
         if manifest["kind"] == "Service":
             workload = next((o for o in results.values() if o.get("kind") in ("Job", "StatefulSet")), None)
             if workload is not None and (workload.get("metadata") or {}).get("uid"):
-                meta = dict(manifest["metadata"])
-                meta["ownerReferences"] = manifests.headless_service(
-                    owner.typed_spec,
-                    name=owner.name,
-                    namespace=owner.tenant.namespace,
-                    uid=owner.uid_text,
-                    tenant=owner.tenant.slug,
-                    owner=workload,
-                )["metadata"]["ownerReferences"]
+                meta = {**manifest["metadata"], "ownerReferences": manifests.owned_by(workload)}
                 return {**manifest, "metadata": meta}
         return manifest
