@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,8 @@ import tempfile
 import time
 from collections import Counter
 from typing import Any
+
+from .measure import Queries, idle_passes, interpreter_line, log, percentile
 
 DEFAULT_SIZES = (150, 1500, 15000)
 DB_NAME = os.environ.get("GRYVIA_BENCH_DB", "gryvia_bench")  # another name lets two runs share a server
@@ -64,11 +65,6 @@ HEADER = (
     "of one cycle; queries_per_cycle: mean executes (round trips) per cycle; sim_makespan_s: simulated time until "
     f"the last job finished. Context only, not a ratio: {KUEUE_351}; no API server, kubelet or scheduler runs here."
 )
-_TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)')
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # --- the parent: one child process per size ----------------------------------------------------------------------
@@ -102,26 +98,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _interpreter_line() -> str:
-    """Which Python runs the cycles, and how fast this machine runs plain Python right now (shared VMs vary by
-    tens of per cent from day to day): the CPU of a fixed pure-Python loop, best of three."""
-    import platform
-
-    def loop() -> float:
-        started = time.process_time()
-        for _ in range(2000):
-            sum(range(1000))
-        return time.process_time() - started
-
-    best = min(loop() for _ in range(3))
-    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    return (
-        f"# interpreter: {platform.python_implementation()} {platform.python_version()} ({base}, "
-        f"built {' '.join(platform.python_build())}); reference loop (sum(range(1000)) x 2,000): "
-        f"{best * 1000:.1f} ms of CPU"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.child:
@@ -131,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sizes: job counts of at least 10, comma-separated")
     deadline = time.monotonic() + args.time_limit_s
     print(HEADER, flush=True)
-    print(_interpreter_line(), flush=True)
+    print(interpreter_line(), flush=True)
     failed = 0
     for size in sizes:
         budget = deadline - time.monotonic()
@@ -276,54 +252,6 @@ def _seed(size: int, submit: str) -> int:
     return len(jobs)
 
 
-class _Queries:
-    """Counts SQL statements (connection.execute_wrapper), optionally by statement kind and table."""
-
-    def __init__(self, *, by_table: bool) -> None:
-        self.count = 0
-        self.cpu = 0.0
-        self.by_table: Counter[str] | None = Counter() if by_table else None
-
-    def __call__(self, execute, sql, params, many, context):
-        self.count += 1
-        t0 = time.process_time()
-        try:
-            return self._run(execute, sql, params, many, context)
-        finally:
-            self.cpu += time.process_time() - t0
-
-    def _run(self, execute, sql, params, many, context):
-        if self.by_table is not None:
-            match = _TABLE.search(sql)
-            self.by_table[f"{sql.split(None, 1)[0].upper()} {match.group(1)}" if match else sql[:60]] += 1
-        return execute(sql, params, many, context)
-
-
-def _idle_passes(size: int, reconciler: Any, queries: _Queries, passes: int) -> None:
-    """`passes` more passes at the same simulated instant (the last cycle left them nothing to do, or the first of
-    them does what is left): the median CPU and executes of one, logged. Not counted in the run's figures."""
-    from django.db import connection
-
-    cpus, executes = [], []
-    for _ in range(passes):
-        before = queries.count
-        cpu0 = time.process_time()
-        with connection.execute_wrapper(queries):
-            reconciler.run_pass()
-        cpus.append(time.process_time() - cpu0)
-        executes.append(queries.count - before)
-    log(
-        f"[{size}] {passes} idle passes: median {statistics.median(cpus) * 1000:.2f} ms of CPU, "
-        f"min {min(cpus) * 1000:.2f}, {statistics.median(executes):.0f} executes each (not in the figures)"
-    )
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
 def _child(args: argparse.Namespace) -> int:
     started = time.monotonic()
     data_dir = _configure(args)
@@ -367,7 +295,7 @@ def _child(args: argparse.Namespace) -> int:
         reconciler = JobReconciler(cluster, max_per_pass=10**9, budget_s=1e9)
         # As the Celery worker and `serve` do once started (the jobs were submitted before this "worker" started).
         freeze_startup_heap()
-        queries = _Queries(by_table=bool(args.profile))
+        queries = Queries(by_table=bool(args.profile))
         # CPU time, like the figure it explains (waits on the database server are not counted).
         profiler = cProfile.Profile(time.process_time) if args.profile else None
         walls: list[float] = []
@@ -399,7 +327,7 @@ def _child(args: argparse.Namespace) -> int:
                 )
             finished = now_finished
             if idle is not None and len(walls) == idle[0]:
-                _idle_passes(size, reconciler, queries, idle[1])
+                idle_passes(size, reconciler, queries, idle[1])
             if finished >= total:
                 makespan = cluster.now
                 break
@@ -432,7 +360,7 @@ def _child(args: argparse.Namespace) -> int:
         line = (
             f"jobs={size} db={connection.vendor} admissions/s={admitted / sum(walls):.1f} "
             f"cpu_ms_per_admission={cpu * 1000 / max(admitted, 1):.2f} "
-            f"cycle_p50_ms={_percentile(walls, 50) * 1000:.1f} cycle_p99_ms={_percentile(walls, 99) * 1000:.1f} "
+            f"cycle_p50_ms={percentile(walls, 50) * 1000:.1f} cycle_p99_ms={percentile(walls, 99) * 1000:.1f} "
             f"queries_per_cycle={statistics.fmean(per_cycle_queries):.0f} "
         )
         if makespan is not None:

@@ -1,0 +1,86 @@
+"""The admission benchmark's instruments (benchmarks.admission): what it counts and times around the cycles, apart
+from what it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+_TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)')
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def interpreter_line() -> str:
+    """Which Python runs the cycles, and how fast this machine runs plain Python right now (shared VMs vary by
+    tens of per cent from day to day): the CPU of a fixed pure-Python loop, best of three."""
+    import platform
+
+    def loop() -> float:
+        started = time.process_time()
+        for _ in range(2000):
+            sum(range(1000))
+        return time.process_time() - started
+
+    best = min(loop() for _ in range(3))
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return (
+        f"# interpreter: {platform.python_implementation()} {platform.python_version()} ({base}, "
+        f"built {' '.join(platform.python_build())}); reference loop (sum(range(1000)) x 2,000): "
+        f"{best * 1000:.1f} ms of CPU"
+    )
+
+
+class Queries:
+    """Counts SQL statements (connection.execute_wrapper), optionally by statement kind and table."""
+
+    def __init__(self, *, by_table: bool) -> None:
+        self.count = 0
+        self.cpu = 0.0
+        self.by_table: Counter[str] | None = Counter() if by_table else None
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        t0 = time.process_time()
+        try:
+            return self._run(execute, sql, params, many, context)
+        finally:
+            self.cpu += time.process_time() - t0
+
+    def _run(self, execute, sql, params, many, context):
+        if self.by_table is not None:
+            match = _TABLE.search(sql)
+            self.by_table[f"{sql.split(None, 1)[0].upper()} {match.group(1)}" if match else sql[:60]] += 1
+        return execute(sql, params, many, context)
+
+
+def idle_passes(size: int, reconciler: Any, queries: Queries, passes: int) -> None:
+    """`passes` more passes at the same simulated instant (the last cycle left them nothing to do, or the first of
+    them does what is left): the median CPU and executes of one, logged. Not counted in the run's figures."""
+    from django.db import connection
+
+    cpus, executes = [], []
+    for _ in range(passes):
+        before = queries.count
+        cpu0 = time.process_time()
+        with connection.execute_wrapper(queries):
+            reconciler.run_pass()
+        cpus.append(time.process_time() - cpu0)
+        executes.append(queries.count - before)
+    log(
+        f"[{size}] {passes} idle passes: median {statistics.median(cpus) * 1000:.2f} ms of CPU, "
+        f"min {min(cpus) * 1000:.2f}, {statistics.median(executes):.0f} executes each (not in the figures)"
+    )
+
+
+def percentile(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
