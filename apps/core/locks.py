@@ -22,6 +22,12 @@ from .deferred import read_together
 LockedRead = tuple[str, Sequence[Any], Callable[[list[tuple]], None]]
 
 
+def _hand(reads: Sequence[LockedRead], fetched: list[list[tuple]]) -> None:
+    """Each read's rows to its receiver."""
+    for (_sql, _params, receive), rows in zip(reads, fetched, strict=True):
+        receive(rows)
+
+
 @contextmanager
 def try_advisory_lock(name: str, *, reads: Sequence[LockedRead] = ()) -> Iterator[bool]:
     """Yield True when the lock `name` was taken, False when someone else holds it; never waits.
@@ -35,8 +41,7 @@ def try_advisory_lock(name: str, *, reads: Sequence[LockedRead] = ()) -> Iterato
             [("SELECT pg_try_advisory_lock(hashtext(%s))", [name]), *[(sql, params) for sql, params, _ in reads]]
         )
         if acquired:
-            for (_sql, _params, receive), rows in zip(reads, fetched, strict=True):
-                receive(rows)
+            _hand(reads, fetched)
         try:
             yield acquired
         finally:
@@ -55,9 +60,7 @@ def try_advisory_lock(name: str, *, reads: Sequence[LockedRead] = ()) -> Iterato
         except BlockingIOError:
             acquired = False
         if acquired and reads:
-            fetched = read_together([(sql, params) for sql, params, _ in reads])
-            for (_sql, _params, receive), rows in zip(reads, fetched, strict=True):
-                receive(rows)
+            _hand(reads, read_together([(sql, params) for sql, params, _ in reads]))
         try:
             yield acquired
         finally:
