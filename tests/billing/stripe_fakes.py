@@ -9,11 +9,15 @@ fake for the calls localstripe lacks.
   has no search), applies Stripe's idempotency rules to every POST (the same key: the stored answer again, marked
   `Idempotent-Replayed`; the same key with other parameters: 400), records every request with its
   Idempotency-Key, and can lose one answer (the work done, the connection closed) or refuse one request.
+
+Also what the test_stripe_* modules share: the test-mode API key and webhook secret the fixtures in conftest.py set,
+`_finalized` (a finalized invoice of two lines, 9.90 in all) and `_send` (POST it to Stripe through the API).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import http.client
 import itertools
 import json
@@ -24,6 +28,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from apps.billing import invoicing
+from apps.billing.models import Invoice
+from tests.factories import ACTOR
+
+from .invoice_tools import OCT, SEPT, event, ingest
 
 
 class LocalStripe:
@@ -359,3 +369,21 @@ class FakeStripe:
         invoice["hosted_invoice_url"] = f"https://invoice.stripe.test/i/{invoice['id']}"
         invoice["status_transitions"] = {"finalized_at": now, "paid_at": now if invoice["status"] == "paid" else None}
         return 200, invoice
+
+
+# --- shared by the test_stripe_* modules ------------------------------------------------------------------------------
+
+KEY = "sk_test_gryvia0123456789"
+SECRET = "whsec_gryviatestsecret0123456789"
+
+
+def _finalized(tenant, start=SEPT, end=OCT) -> Invoice:
+    """A finalized invoice of [start, end) with two lines: 2 H100 for 1.5 h (7.50) and 4 L40S for 0.5 h (2.40)."""
+    ingest(tenant, event(start + dt.timedelta(days=2), 5400, gpus=2))
+    ingest(tenant, event(start + dt.timedelta(days=3), 1800, gpu_type="L40S", gpus=4))
+    draft = invoicing.invoice_create(actor=ACTOR, tenant=tenant, start=start, end=end)
+    return invoicing.invoice_finalize(actor=ACTOR, invoice=draft)
+
+
+def _send(client, invoice: Invoice):
+    return client.post(f"/api/v1/invoices/{invoice.pk}/stripe/", format="json")
