@@ -33,7 +33,9 @@ def test_the_admission_benchmark_prints_its_line(tmp_path):
     assert "[150] finished jobs left uncollected: 0\n" in result.stderr, result.stderr[-3000:]
     # The header names the interpreter; --idle-passes logs the fixed cost of a pass with nothing to do.
     assert re.search(
-        r"^# interpreter: CPython 3\.\d+\.\d+ .*reference loop .*: [0-9.]+ ms of CPU$", result.stdout, re.M
+        r"^# interpreter: CPython 3\.\d+\.\d+ .*reference loop .*: [0-9.]+ ms of CPU; memory walk .*: \d+ ms of CPU$",
+        result.stdout,
+        re.M,
     )
     assert re.search(
         r"^\[150\] 5 idle passes: median [0-9.]+ ms of CPU, min [0-9.]+, \d+ executes each", result.stderr, re.M
