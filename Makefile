@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint worker beat clean smoke-run bench-admission bench-gateway bench-billing models
+.PHONY: install run test lint worker beat clean smoke-run bench-admission bench-admission-pair bench-gateway bench-billing models
 
 install: $(STAMP)
 
@@ -65,6 +65,11 @@ smoke-run: install
 # (127.0.0.1:5432, database gryvia_bench created and dropped) and a simulated cluster. See benchmarks/README.md.
 bench-admission: install
 	$(BIN)/python -m benchmarks.admission
+
+# The admission benchmark of BASE (a git revision) and of this checkout at the same time, on separate databases:
+# their CPU per admission and its ratio, pair by pair (BASE=HEAD~1 by default; ARGS="--sizes 1500 --pairs 3").
+bench-admission-pair: install
+	$(BIN)/python -m benchmarks.pair --base $(or $(BASE),HEAD~1) $(ARGS)
 
 # The stand-in upstream directly, LiteLLM's proxy (installed once into var/bench/litellm-venv from PyPI) and Gryvia's
 # gateway (PostgreSQL database gryvia_bench_gw, Redis db 13) under one client: figures and six Gryvia/LiteLLM ratios.

@@ -40,3 +40,38 @@ def test_the_admission_benchmark_prints_its_line(tmp_path):
     assert re.search(
         r"^\[150\] 5 idle passes: median [0-9.]+ ms of CPU, min [0-9.]+, \d+ executes each", result.stderr, re.M
     )
+
+
+@pytest.mark.slow
+def test_the_paired_benchmark_runs_a_base_revision_beside_this_checkout(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.pair", "--base", "HEAD", "--sizes", "150", "--pairs", "2", "--db", "sqlite"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "GRYVIA_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    pairs = re.findall(
+        r"^pair=(\d) jobs=150 cpu_ms_per_admission base=([0-9.]+) new=([0-9.]+) ratio=([0-9.]+)$", result.stdout, re.M
+    )
+    assert [p[0] for p in pairs] == ["1", "2"], result.stdout
+    for _number, base, new, ratio in pairs:
+        assert float(ratio) == pytest.approx(float(new) / float(base), abs=0.01)
+    assert re.search(r"^jobs=150 pairs=2 ratio_new_over_base_mean=[0-9.]+$", result.stdout, re.M), result.stdout
+    # The base's worktree is gone again.
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "gryvia-pair-" not in worktrees
+
+
+def test_the_paired_benchmark_refuses_an_unknown_base():
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.pair", "--base", "no-such-revision-anywhere"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "--base: 'no-such-revision-anywhere' is not a revision of this repository" in result.stderr
