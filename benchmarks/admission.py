@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from .measure import Queries, idle_passes, interpreter_line, log, percentile
+from .measure import Calibration, Queries, idle_passes, interpreter_line, log, percentile
 
 DEFAULT_SIZES = (150, 1500, 15000)
 DB_NAME = os.environ.get("GRYVIA_BENCH_DB", "gryvia_bench")  # another name lets two runs share a server
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sizes: job counts of at least 10, comma-separated")
     deadline = time.monotonic() + args.time_limit_s
     print(HEADER, flush=True)
-    print(interpreter_line(), flush=True)
+    calibration = Calibration()
+    print(interpreter_line(calibration), flush=True)
     failed = 0
     for size in sizes:
         budget = deadline - time.monotonic()
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # The child prints its result line to stdout (inherited) and its progress to stderr.
             failed += subprocess.run(command, check=False).returncode != 0
+            # The machine's speed again, right after this size's cycles (a shared VM's moves within minutes).
+            print(f"# jobs={size}: the machine after it: {calibration.measure()}", flush=True)
         finally:
             if args.db == "postgresql":
                 _pg_admin(args.pg_url, f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')

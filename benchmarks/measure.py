@@ -18,42 +18,57 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def interpreter_line() -> str:
-    """Which Python runs the cycles, and how fast this machine runs Python right now (shared VMs vary by tens of
-    per cent from day to day): the CPU of a fixed pure-Python loop that stays in the caches, and of one that walks
-    memory the caches cannot hold (as a pass over thousands of jobs' objects does), each the best of three."""
-    import platform
-    import random
+class Calibration:
+    """How fast this machine runs Python right now (shared VMs vary by tens of per cent within the hour): the CPU of
+    a fixed pure-Python loop that stays in the caches, and of one that walks memory the caches cannot hold (as a
+    pass over thousands of jobs' objects does), each the best of three. Built once (about 2 s and 200 MB), measured
+    as often as wanted."""
 
-    def loop() -> float:
+    def __init__(self) -> None:
+        import random
+
+        # A random cycle through 2**21 list slots and as many str objects (~200 MB): each step misses the caches and,
+        # on a VM, usually the TLB too. Built here; only the walk is timed.
+        size = 1 << 21
+        shuffled = list(range(size))
+        random.Random(0).shuffle(shuffled)
+        self._order = [0] * size  # one cycle through every slot: each slot holds the next one's index
+        for here, after in zip(shuffled, shuffled[1:] + shuffled[:1], strict=True):
+            self._order[here] = after
+        self._objects = [str(i) for i in range(size)]
+
+    @staticmethod
+    def _loop() -> float:
         started = time.process_time()
         for _ in range(2000):
             sum(range(1000))
         return time.process_time() - started
 
-    # A random cycle through 2**21 list slots and as many str objects (~200 MB): each step misses the caches and,
-    # on a VM, usually the TLB too. Built before timing; only the walk is timed.
-    size = 1 << 21
-    shuffled = list(range(size))
-    random.Random(0).shuffle(shuffled)
-    order = [0] * size  # one cycle through every slot: each slot holds the next one's index
-    for here, after in zip(shuffled, shuffled[1:] + shuffled[:1], strict=True):
-        order[here] = after
-    objects = [str(i) for i in range(size)]
-
-    def walk() -> float:
+    def _walk(self) -> float:
+        order, objects = self._order, self._objects
         started, at, total = time.process_time(), 0, 0
         for _ in range(300_000):
             at = order[at]
             total += len(objects[at])
         return time.process_time() - started
 
-    best, memory = min(loop() for _ in range(3)), min(walk() for _ in range(3))
+    def measure(self) -> str:
+        """`reference loop …: X ms of CPU; memory walk …: Y ms of CPU`, as measured now."""
+        best, memory = min(self._loop() for _ in range(3)), min(self._walk() for _ in range(3))
+        return (
+            f"reference loop (sum(range(1000)) x 2,000): {best * 1000:.1f} ms of CPU; memory walk (300,000 random "
+            f"steps over ~200 MB): {memory * 1000:.0f} ms of CPU"
+        )
+
+
+def interpreter_line(calibration: Calibration) -> str:
+    """Which Python runs the cycles, and the machine's speed just before they start."""
+    import platform
+
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     return (
         f"# interpreter: {platform.python_implementation()} {platform.python_version()} ({base}, "
-        f"built {' '.join(platform.python_build())}); reference loop (sum(range(1000)) x 2,000): "
-        f"{best * 1000:.1f} ms of CPU; memory walk (300,000 random steps over ~200 MB): {memory * 1000:.0f} ms of CPU"
+        f"built {' '.join(platform.python_build())}); {calibration.measure()}"
     )
 
 

@@ -37,6 +37,10 @@ def test_the_admission_benchmark_prints_its_line(tmp_path):
         result.stdout,
         re.M,
     )
+    # The machine's speed again after the size's cycles, on its own line after the size's.
+    after = r"^# jobs=150: the machine after it: reference loop .*: [0-9.]+ ms of CPU; memory walk .*: \d+ ms of CPU$"
+    assert re.search(after, result.stdout, re.M), result.stdout
+    assert result.stdout.index(line) < re.search(after, result.stdout, re.M).start()
     assert re.search(
         r"^\[150\] 5 idle passes: median [0-9.]+ ms of CPU, min [0-9.]+, \d+ executes each", result.stderr, re.M
     )
