@@ -10,8 +10,9 @@ fake for the calls localstripe lacks.
   `Idempotent-Replayed`; the same key with other parameters: 400), records every request with its
   Idempotency-Key, and can lose one answer (the work done, the connection closed) or refuse one request.
 
-Also what the test_stripe_* modules share: the test-mode API key and webhook secret the fixtures in conftest.py set,
-`_finalized` (a finalized invoice of two lines, 9.90 in all) and `_send` (POST it to Stripe through the API).
+Also what the test_stripe_* modules share: their marks (`STRIPE_MARKS`), the test-mode API key and webhook
+secret the fixtures in conftest.py set, `_finalized` (a finalized invoice of two lines, 9.90 in all) and `_send`
+(POST it to Stripe through the API).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+import pytest
 
 from apps.billing import invoicing
 from apps.billing.models import Invoice
@@ -374,6 +377,11 @@ class FakeStripe:
 # --- shared by the test_stripe_* modules ------------------------------------------------------------------------------
 
 KEY = "sk_test_gryvia0123456789"
+STRIPE_MARKS = [  # each test_stripe_* module's pytestmark
+    pytest.mark.django_db,
+    # localstripe registers plain functions as aiohttp handlers, which aiohttp deprecates.
+    pytest.mark.filterwarnings("ignore:Bare functions are deprecated:DeprecationWarning"),
+]
 SECRET = "whsec_gryviatestsecret0123456789"
 
 

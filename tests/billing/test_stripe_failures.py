@@ -4,10 +4,8 @@ under new keys, and items Gryvia did not create stop finalization. Test keys onl
 request leaves (and by the system check, which also refuses unsafe API addresses and webhook secrets), a key Stripe
 refuses is reported without any of it, and an answer in live mode is refused.
 
-Customers live in localstripe, run in this process on loopback; invoices and items, which localstripe cannot do for
-one-off invoices, in the HTTP-level fake of tests/billing/stripe_fakes.py (which forwards customer calls to
-localstripe). Nothing leaves the machine. The fixtures (`localstripe`, `fake`, `skus`) are in
-tests/billing/conftest.py; the invoice helpers (`_finalized`, `_send`) in tests/billing/stripe_fakes.py.
+Stripe's side (localstripe and an HTTP-level fake, on loopback: nothing leaves the machine) and the invoice helpers
+are in tests/billing/stripe_fakes.py, the fixtures (`localstripe`, `fake`, `skus`) in tests/billing/conftest.py.
 """
 
 from __future__ import annotations
@@ -18,13 +16,9 @@ from apps.billing import checks, stripe_sync
 from apps.billing.models import Invoice
 from tests.factories import ACTOR
 
-from .stripe_fakes import KEY, _finalized, _send
+from .stripe_fakes import KEY, STRIPE_MARKS, _finalized, _send
 
-pytestmark = [
-    pytest.mark.django_db,
-    # localstripe registers plain functions as aiohttp handlers, which aiohttp deprecates.
-    pytest.mark.filterwarnings("ignore:Bare functions are deprecated:DeprecationWarning"),
-]
+pytestmark = STRIPE_MARKS
 
 
 # --- retries and resuming ---------------------------------------------------------------------------------------------

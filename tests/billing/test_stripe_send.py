@@ -3,10 +3,8 @@ date, a draft invoice, its items in Stripe's minor units, finalized there), by a
 and `gryvia invoices send`; a zero-total invoice comes back paid. What happens when a send goes wrong, and which keys
 are accepted, is in test_stripe_failures.py; the webhook in test_stripe_webhook.py.
 
-Customers live in localstripe, run in this process on loopback; invoices and items, which localstripe cannot do for
-one-off invoices, in the HTTP-level fake of tests/billing/stripe_fakes.py (which forwards customer calls to
-localstripe). Nothing leaves the machine. The fixtures (`localstripe`, `fake`, `skus`) are in
-tests/billing/conftest.py; the invoice helpers (`_finalized`, `_send`) in tests/billing/stripe_fakes.py.
+Stripe's side (localstripe and an HTTP-level fake, on loopback: nothing leaves the machine) and the invoice helpers
+are in tests/billing/stripe_fakes.py, the fixtures (`localstripe`, `fake`, `skus`) in tests/billing/conftest.py.
 """
 
 from __future__ import annotations
@@ -25,13 +23,9 @@ from tests.factories import ACTOR, client_for, make_key, make_tenant
 
 from .conftest import make_sku
 from .invoice_tools import OCT, SEPT, event, ingest
-from .stripe_fakes import KEY, FakeStripe, _finalized, _send
+from .stripe_fakes import KEY, STRIPE_MARKS, FakeStripe, _finalized, _send
 
-pytestmark = [
-    pytest.mark.django_db,
-    # localstripe registers plain functions as aiohttp handlers, which aiohttp deprecates.
-    pytest.mark.filterwarnings("ignore:Bare functions are deprecated:DeprecationWarning"),
-]
+pytestmark = STRIPE_MARKS
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 AUG = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
 

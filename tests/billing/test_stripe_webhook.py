@@ -4,10 +4,8 @@ each event once (also when the same event arrives twice at once, on PostgreSQL);
 acknowledged and ignored; Stripe paying a void invoice is a conflict. Events and their Stripe-Signature headers are
 built by hand here; invoices are marked sent directly (`_as_sent`) except in the first test, which sends one.
 
-Customers live in localstripe, run in this process on loopback; invoices and items, which localstripe cannot do for
-one-off invoices, in the HTTP-level fake of tests/billing/stripe_fakes.py (which forwards customer calls to
-localstripe). Nothing leaves the machine. The fixtures (`localstripe`, `fake`, `skus`) are in
-tests/billing/conftest.py; the invoice helpers (`_finalized`, `_send`) in tests/billing/stripe_fakes.py.
+Stripe's side (localstripe and an HTTP-level fake, on loopback: nothing leaves the machine) and the invoice helpers
+are in tests/billing/stripe_fakes.py, the fixtures (`localstripe`, `fake`, `skus`) in tests/billing/conftest.py.
 """
 
 from __future__ import annotations
@@ -30,13 +28,9 @@ from apps.webhooks import services as webhooks
 from apps.webhooks.models import Event
 from tests.factories import ACTOR
 
-from .stripe_fakes import SECRET, _finalized, _send
+from .stripe_fakes import SECRET, STRIPE_MARKS, _finalized, _send
 
-pytestmark = [
-    pytest.mark.django_db,
-    # localstripe registers plain functions as aiohttp handlers, which aiohttp deprecates.
-    pytest.mark.filterwarnings("ignore:Bare functions are deprecated:DeprecationWarning"),
-]
+pytestmark = STRIPE_MARKS
 WEBHOOK = "/api/v1/billing/stripe/webhook/"
 _events = itertools.count(1)
 

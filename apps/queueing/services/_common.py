@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from apps.core.audit import audit_record
+from apps.core.audit import audit_record, snapshot
 from apps.core.principal import Principal
 
 from ..models import Cohort, PriorityClass, Queue, Reservation
@@ -44,3 +44,13 @@ def _reject_unknown(changes: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 def _full_clean(obj: Any, exclude: list[str] | None = None) -> None:
     obj.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
+
+
+def _locked_and_changed(queryset: Any, pk: int, audit_fields: Any, changes: dict[str, Any]) -> tuple[Any, Any]:
+    """The row locked for the update (select_for_update), its audit snapshot before, and `changes` set on it (not
+    saved: the caller validates, then saves and audits if the snapshot moved)."""
+    obj = queryset.select_for_update().get(pk=pk)
+    before = snapshot(obj, audit_fields)
+    for field, value in changes.items():
+        setattr(obj, field, value)
+    return obj, before

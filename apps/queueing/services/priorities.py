@@ -11,7 +11,7 @@ from apps.core.audit import snapshot
 from apps.core.principal import Principal
 
 from ..models import PreemptionPolicy, PriorityClass
-from ._common import _audit, _full_clean, _reject_unknown, _require_platform
+from ._common import _audit, _full_clean, _locked_and_changed, _reject_unknown, _require_platform
 
 PRIORITY_CLASS_FIELDS = ("value", "preemption_policy", "description", "is_default")
 
@@ -56,10 +56,9 @@ def priority_class_create(
 def priority_class_update(*, actor: Principal, priority_class: PriorityClass, **changes: Any) -> PriorityClass:
     _require_platform(actor, "priority classes")
     _reject_unknown(changes, PRIORITY_CLASS_FIELDS)
-    priority_class = PriorityClass.objects.select_for_update().get(pk=priority_class.pk)
-    before = snapshot(priority_class, PriorityClass.AUDIT_FIELDS)
-    for field, value in changes.items():
-        setattr(priority_class, field, value)
+    priority_class, before = _locked_and_changed(
+        PriorityClass.objects, priority_class.pk, PriorityClass.AUDIT_FIELDS, changes
+    )
     _full_clean(priority_class)
     _check_single_default(priority_class)
     after = snapshot(priority_class, PriorityClass.AUDIT_FIELDS)

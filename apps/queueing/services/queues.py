@@ -13,7 +13,7 @@ from apps.core.principal import Principal
 from apps.tenants.models import Tenant
 
 from ..models import Cohort, Queue
-from ._common import _audit, _full_clean, _reject_unknown, _require_platform
+from ._common import _audit, _full_clean, _locked_and_changed, _reject_unknown, _require_platform
 from .quotas import _check_weight, check_tenant_ceilings, validate_quotas
 
 QUEUE_FIELDS = ("cohort", "weight", "quotas")
@@ -100,10 +100,7 @@ def cohort_create(*, actor: Principal, name: str, description: str = "") -> Coho
 def cohort_update(*, actor: Principal, cohort: Cohort, **changes: Any) -> Cohort:
     _require_platform(actor, "cohorts")
     _reject_unknown(changes, COHORT_FIELDS)
-    cohort = Cohort.objects.select_for_update().get(pk=cohort.pk)
-    before = snapshot(cohort, Cohort.AUDIT_FIELDS)
-    for field, value in changes.items():
-        setattr(cohort, field, value)
+    cohort, before = _locked_and_changed(Cohort.objects, cohort.pk, Cohort.AUDIT_FIELDS, changes)
     _full_clean(cohort)
     after = snapshot(cohort, Cohort.AUDIT_FIELDS)
     if after != before:

@@ -14,7 +14,7 @@ from apps.core.principal import Principal
 from apps.tenants.models import Tenant
 
 from ..models import Reservation
-from ._common import _LABEL_VALUE, _audit, _full_clean, _reject_unknown, _require_platform
+from ._common import _LABEL_VALUE, _audit, _full_clean, _locked_and_changed, _reject_unknown, _require_platform
 
 RESERVATION_FIELDS = ("gpu_type", "count", "start_at", "end_at", "description")
 RECONCILE_RESERVATIONS = "reconcile-reservations"  # claims follow a change at once rather than at the next tick
@@ -61,10 +61,8 @@ def reservation_create(
 def reservation_update(*, actor: Principal, reservation: Reservation, **changes: Any) -> Reservation:
     _require_platform(actor, "reservations")
     _reject_unknown(changes, RESERVATION_FIELDS)
-    reservation = Reservation.all_tenants.select_for_update().select_related("tenant").get(pk=reservation.pk)
-    before = snapshot(reservation, Reservation.AUDIT_FIELDS)
-    for field, value in changes.items():
-        setattr(reservation, field, value)
+    rows = Reservation.all_tenants.select_related("tenant")
+    reservation, before = _locked_and_changed(rows, reservation.pk, Reservation.AUDIT_FIELDS, changes)
     _check_reservation(reservation)
     after = snapshot(reservation, Reservation.AUDIT_FIELDS)
     if after != before:
