@@ -38,10 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from typing import Any
 
-from .measure import Calibration, Queries, idle_passes, interpreter_line, log, percentile
+from .measure import Calibration, Queries, idle_passes, interpreter_line, log, percentile, report_profile
 
 DEFAULT_SIZES = (150, 1500, 15000)
 DB_NAME = os.environ.get("GRYVIA_BENCH_DB", "gryvia_bench")  # another name lets two runs share a server
@@ -259,7 +258,6 @@ def _child(args: argparse.Namespace) -> int:
     started = time.monotonic()
     data_dir = _configure(args)
     import cProfile
-    import pstats
     import shutil
 
     from django.core.management import call_command
@@ -392,15 +390,7 @@ def _child(args: argparse.Namespace) -> int:
                 out.write("wall_ms cpu_ms admitted finished\n")
                 out.writelines(f"{w * 1000:.2f} {c * 1000:.2f} {a} {f}\n" for w, c, a, f in trace)
         if profiler is not None:
-            path = f"{args.profile}.{size}"
-            profiler.dump_stats(path)
-            log(f"[{size}] cProfile of the cycles written to {path}; top functions by cumulative time:")
-            stats = pstats.Stats(profiler, stream=sys.stderr)
-            stats.sort_stats("cumulative").print_stats(40)
-            stats.sort_stats("tottime").print_stats(25)
-            log(f"[{size}] SQL statements over {len(walls)} cycles, by kind and table:")
-            for key, count in (queries.by_table or Counter()).most_common(25):
-                log(f"  {count:>10}  {count / len(walls):>10.1f}/cycle  {key}")
+            report_profile(profiler, f"{args.profile}.{size}", size, queries, len(walls))
         return 3 if failed else 0  # a run stopped by its time budget is reported (partial=...), not a failure
     finally:
         connection.close()

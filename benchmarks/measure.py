@@ -118,3 +118,17 @@ def percentile(values: list[float], q: float) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def report_profile(profiler: Any, path: str, size: int, queries: Queries, cycles: int) -> None:
+    """`--profile`: the cycles' cProfile written to `path`, its top functions and the SQL by kind and table logged."""
+    import pstats
+
+    profiler.dump_stats(path)
+    log(f"[{size}] cProfile of the cycles written to {path}; top functions by cumulative time:")
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(25)
+    log(f"[{size}] SQL statements over {cycles} cycles, by kind and table:")
+    for key, count in (queries.by_table or Counter()).most_common(25):
+        log(f"  {count:>10}  {count / cycles:>10.1f}/cycle  {key}")
