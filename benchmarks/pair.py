@@ -33,17 +33,20 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _start(cwd: Path, db: str, args: argparse.Namespace) -> subprocess.Popen[str]:
+def _start(cwd: Path, db: str, args: argparse.Namespace, log: Path) -> subprocess.Popen[str]:
+    """One benchmark run; its stdout (a few lines) comes back through a pipe, its progress goes to `log` (a file, so
+    that neither run can block on a full pipe while the other is waited for)."""
     env = {**os.environ, "GRYVIA_BENCH_DB": db}
     command = [sys.executable, "-m", "benchmarks.admission", "--sizes", args.sizes, "--db", args.db]
     command += ["--time-limit-s", "580"]
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with log.open("w") as err:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
 
 
-def _figures(name: str, process: subprocess.Popen[str]) -> dict[int, float]:
-    out, err = process.communicate()
+def _figures(name: str, process: subprocess.Popen[str], log: Path) -> dict[int, float]:
+    out, _ = process.communicate()
     if process.returncode != 0:
-        raise SystemExit(f"the {name} run failed ({process.returncode}):\n{err[-3000:]}")
+        raise SystemExit(f"the {name} run failed ({process.returncode}):\n{log.read_text()[-3000:]}")
     return {int(size): float(cpu) for size, cpu in _LINE.findall(out)}
 
 
@@ -71,8 +74,15 @@ def main(argv: list[str] | None = None) -> int:
                 sides = [("base", tree, "gryvia_bench_pair_base"), ("new", ROOT, "gryvia_bench_pair_new")]
                 if number % 2 == 0:
                     sides.reverse()  # neither side always starts first
-                running = {name: _start(cwd, db, args) for name, cwd, db in sides}
-                got = {name: _figures(name, process) for name, process in running.items()}
+                logs = {name: Path(scratch) / f"{name}.log" for name, _cwd, _db in sides}
+                running = {name: _start(cwd, db, args, logs[name]) for name, cwd, db in sides}
+                try:
+                    got = {name: _figures(name, process, logs[name]) for name, process in running.items()}
+                finally:  # one run failed: the other is not left running
+                    for process in running.values():
+                        if process.poll() is None:
+                            process.kill()
+                            process.wait()
                 for size in sorted(got["base"]):
                     old, new = got["base"][size], got["new"].get(size)
                     if new is None:
