@@ -7,7 +7,9 @@ from django.db import connection
 
 from apps.billing import triggers
 
-TABLES = ("billing_ledgerentry", "billing_ledgerhead", "billing_usagerecord")
+# In the order they are deleted: invoice lines before their invoices (Stripe events that name an invoice are
+# unlinked first).
+TABLES = ("billing_ledgerentry", "billing_ledgerhead", "billing_usagerecord", "billing_invoiceline", "billing_invoice")
 
 
 def billing_rows() -> int:
@@ -20,10 +22,11 @@ def billing_rows() -> int:
 
 
 def clear_billing_history() -> None:
-    """Delete every ledger entry, chain head and usage record; the triggers are back afterwards."""
+    """Delete every ledger entry, chain head, usage record and invoice; the triggers are back afterwards."""
     triggers.drop(connection)
     try:
         with connection.cursor() as cursor:
+            cursor.execute("UPDATE billing_stripeevent SET invoice_id = NULL WHERE invoice_id IS NOT NULL")
             for table in TABLES:
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608
     finally:
