@@ -29,7 +29,9 @@ from .budgets import budgets_nudge
 from .models import CPU_GPU_TYPE, GpuSku, UsageKind, UsageRecord
 
 ADMITTED_REASONS = frozenset({"Scheduled", "Running"})
-ENDED_REASONS = frozenset({"Succeeded", "Failed", "Cancelled", "Rejected", "Preempted", "Queued", "Evicted"})
+ENDED_REASONS = frozenset(
+    {"Succeeded", "Failed", "Cancelled", "Rejected", "Preempted", "Queued", "Evicted", "WorkloadLost"}
+)
 RUNNING_PHASES = frozenset({"Scheduling", "Running"})
 MILLI = Decimal(1000)
 GIB = Decimal(2**30)

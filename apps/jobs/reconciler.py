@@ -85,6 +85,8 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         self.active_rows: list[admission_inputs.Active] = []
         self.fingerprints: dict[int, tuple | None] = {}  # admitted and ended jobs' (see PassMixin._fingerprint)
         self.released: set[int] = set()  # admitted jobs whose workload ended: free for this pass's admission
+        self.lost: dict[int, bool] = {}  # running jobs whose workload is gone -> applied again (DesiredMixin)
+        self.overdue: set[int] = set()  # running jobs past their timeout (DesiredMixin._overdue)
         # Writes buffered during the pass, flushed by end_pass(): job pk -> changed fields, events, revocations.
         self._changes: dict[int, dict[str, Any]] = {}
         self._jobs: dict[int, Job] = {}
@@ -143,8 +145,11 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
                 if row.phase in HOLDING_PHASES and not self._as_last_observed(row.uid, self.fingerprints[row.pk])
             }
         )
-        held = [h for h in admission_inputs.holdings(self.active_rows) if h.job_id not in self.released]
-        waiting, budgets = admission_budgets.budget_rooms(heads.demands, held, now)  # one query if a hard budget
+        holdings = admission_inputs.holdings(self.active_rows)
+        held = [h for h in holdings if h.job_id not in self.released]
+        # The released jobs' runs close only at the pass's end: until then hard budgets count what they ran.
+        ended = [h for h in holdings if h.job_id in self.released] if self.released else []
+        waiting, budgets = admission_budgets.budget_rooms(heads.demands, held, now, ended=ended)  # 2 queries if hard
         self.decisions = {
             d.job_id: d
             for d in admit(
@@ -159,6 +164,18 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         if heads.pending:
             self._queue_submitted()
         self._record_queue_status(heads, held)
+
+    def _past_deadline(self) -> set[int]:
+        """Of the admitted jobs begin_pass read, those whose timeout has run out since they started (or, not yet
+        started, since they were admitted): owners() hands them to observe() even when nothing else changed."""
+        return {
+            row.pk
+            for row in self.active_rows
+            if row.phase in (JobPhase.SCHEDULING, JobPhase.RUNNING)
+            and row.timeout_s
+            and row.admitted_at is not None
+            and self.now >= row.admitted_at + dt.timedelta(seconds=row.timeout_s)
+        }
 
     def _ended(self, holding: dict[int, str]) -> set[int]:
         """Of these admitted jobs (pk -> uid), those whose batch Job has completed or failed."""
@@ -252,6 +269,13 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
                     attempts=attempts,
                 )
             return
+        if job.pk in self.lost:
+            self._workload_lost(job, now)
+            return
+        if self._overdue(job, live):
+            message = f"ran past its timeout of {job.timeout_s}s (started {job.start_time:%Y-%m-%d %H:%M:%S} UTC)"
+            self._finish(job, JobPhase.FAILED, "DeadlineExceeded", message, now)
+            return
         workload = next((o for o in live.values() if o.get("kind") in ("Job", "StatefulSet")), None)
         if job.pk in self.placements and job.placement != self.placements[job.pk]:
             self._update(job, placement=self.placements[job.pk])
@@ -290,6 +314,32 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
             seen = from_stateful_set(workload, pods, default_endpoint=default)
         self._recover_lost_nodes(job, pods, now)
         self._apply_observed(job, seen, now)
+
+    def _workload_lost(self, job: Job, now: dt.datetime) -> None:
+        """Its workload is gone from the cluster (deleted behind Gryvia's back, the cluster emptied, the local
+        backend's process restarted): run it again from its last checkpoint within `retryLimit`, else fail it.
+        Its run's usage record closes either way (the `WorkloadLost` event); a new one opens when it runs again."""
+        limit = int(job.spec.get("retryLimit") or 0)
+        attempt = max(job.attempts, 1) + 1
+        what = "its workload is gone from the cluster (deleted outside Gryvia, or the backend restarted)"
+        if not self.lost[job.pk]:
+            message = f"{what}; no retry left ({attempt - 1} attempt(s), retryLimit {limit})"
+            self._finish(job, JobPhase.FAILED, "WorkloadLost", message, now)
+            return
+        message = f"{what}; started again from its last checkpoint: attempt {attempt} of {limit + 1}"
+        self._update(
+            job,
+            events=[("WorkloadLost", message, "Warning")],
+            phase=JobPhase.SCHEDULING,
+            reason="WorkloadLost",
+            message=message,
+            requeues_attempts=attempt - 1,
+            attempts=attempt,
+            ready_nodes=0,
+            conditions=set_condition(
+                job.conditions, type="Ready", status=False, reason="WorkloadLost", message=message, now=now
+            ),
+        )
 
     def _kueue_holds(self, job: Job, workload: dict[str, Any], now: dt.datetime) -> bool:
         """While Kueue has not admitted the job (or evicted it), its phase, reason and message are Kueue's."""

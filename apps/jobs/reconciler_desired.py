@@ -24,6 +24,9 @@ from apps.tenants.bound_keys import api_key_issue_bound
 from . import manifests
 from .choices import JobPhase
 from .models import Job
+from .status import workload_ended
+
+RUNNING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING)  # has (had) a workload
 
 TOKEN_PLACEHOLDER = "issued-at-apply"
 # job uid -> (its steady inputs, its desired objects, each loading a fresh copy from its JSON): see desired_hashed.
@@ -37,9 +40,31 @@ def has_workload(objects: Any) -> bool:
     return any(o.get("kind") in ("Job", "StatefulSet") for o in objects)
 
 
+def workload_has_ended(objects: Any) -> bool:
+    """Whether these live objects include a batch Job that has completed or failed on its own."""
+    return any(o.get("kind") == "Job" and workload_ended(o) for o in objects)
+
+
+def may_retry(job: Job) -> bool:
+    """Whether a job whose workload was lost may run again: each lost workload counts as an attempt against
+    `retryLimit`, as a failed pod does."""
+    return max(job.attempts, 1) - 1 < int(job.spec.get("retryLimit") or 0)
+
+
+def deadline(job: Job) -> dt.datetime | None:
+    """When a started job's `timeout` runs out, from the start time the database keeps (whatever the backend says:
+    a workload re-created after a loss keeps the job's first start)."""
+    if job.start_time is None or not job.timeout_s:
+        return None
+    return job.start_time + dt.timedelta(seconds=job.timeout_s)
+
+
 class DesiredMixin:
     mode: str
+    now: dt.datetime
     decisions: dict[int, Any]
+    lost: dict[int, bool]  # jobs whose workload this pass found missing -> whether it is applied again
+    overdue: set[int]  # jobs past their timeout this pass (see _overdue)
     placements: dict[int, dict[str, Any]]
     _tokens: dict[str, str]
     _place: Callable[[Job], dict[str, Any] | None]  # PlacementMixin's
@@ -54,6 +79,16 @@ class DesiredMixin:
         ttl = settings.GRYVIA_JOB_TTL_S if ttl is None else int(ttl)
         return timezone.now() >= job.completion_time + dt.timedelta(seconds=ttl)
 
+    def _overdue(self, job: Job, live: dict[str, dict[str, Any]]) -> bool:
+        """A running job past its deadline (one whose batch Job has just ended on its own is left to report so)."""
+        if job.pk in self.overdue:
+            return True
+        end = deadline(job) if job.phase in RUNNING_PHASES else None
+        if end is None or self.now < end or workload_has_ended(live.values()):
+            return False
+        self.overdue.add(job.pk)
+        return True
+
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
         common = {"name": owner.name, "namespace": ns, "uid": owner.uid_text, "tenant": tenant}
@@ -64,17 +99,25 @@ class DesiredMixin:
         if owner.is_terminal or owner.cancel_requested_at is not None or evicting:
             if self._expired(owner):
                 return []
-            if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
-                # Finished on its own: the workload (and its pods' logs) stay until the TTL, never re-created.
+            if owner.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and workload_has_ended(live.values()):
+                # Finished on its own: the workload (and its pods' logs) stay until the TTL, never re-created. One
+                # that Gryvia ended (its deadline passed, its workload lost) goes: nothing outlives its job.
                 done = [
                     self._workload(owner, common, owner.placement or None),
                     manifests.headless_service(spec, **common),
                 ]
                 keep += [m for m in done if object_key(m) in live]
             return keep
+        if self._overdue(owner, live):
+            return keep  # past its timeout: observe() fails it, and its workload goes in this pass
         exists = has_workload(live.values())
         native = self.mode == "native"
-        if native and not exists and (decision is None or decision.outcome != "admit"):
+        lost = not exists and owner.phase in RUNNING_PHASES  # it had a workload and the cluster no longer has it
+        if lost:
+            self.lost[owner.pk] = retry = may_retry(owner)
+            if not retry:
+                return keep  # its retries are used: observe() fails it (WorkloadLost)
+        elif native and not exists and (decision is None or decision.outcome != "admit"):
             return keep  # waiting in its queue (or rejected): nothing runs yet
         placement = owner.placement or None
         if native and spec.gpus_per_pod and not placement and not exists:
@@ -124,6 +167,9 @@ class DesiredMixin:
         desired() decides afresh."""
         if owner.is_terminal or owner.cancel_requested_at is not None or owner.phase == JobPhase.PREEMPTED:
             return None
+        end = deadline(owner)
+        if end is not None and self.now >= end:
+            return None  # desired() decides afresh whether it is overdue
         decision = self.decisions.get(owner.pk)
         if decision is not None and decision.outcome == "evict":
             return None

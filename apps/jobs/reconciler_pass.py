@@ -89,6 +89,7 @@ class PassMixin:
                 .annotate(ttl=KT("spec__ttlSecondsAfterFinished"))
             )
         self.candidate_keys: set[str] = set()
+        overdue = self._past_deadline() if native else set()
         wanted = []
         default_ttl = settings.GRYVIA_JOB_TTL_S
         for pk, uid, phase, generation, observed_generation, cancel_at, completion_time, ttl in rows:
@@ -104,6 +105,7 @@ class PassMixin:
                 or seen is None
                 or _SEEN.get(key) != seen
                 or (self.lost_nodes and phase in HOLDING_PHASES)
+                or pk in overdue  # past its timeout: failed by the database's clock, whatever the backend says
                 or (  # collected after its TTL
                     phase in TERMINAL_PHASES
                     and completion_time is not None
