@@ -119,9 +119,14 @@ def _over_budget(demand: Demand, rooms: Sequence[BudgetRoom], left: dict[int, De
         return None
     for room in rooms:
         if room.currency == demand.currency and demand.cost > left[room.key]:
+            if left[room.key] < 0:  # spent (or committed) past the limit already: by how much
+                return (
+                    f"held by budget {room.name}: {-left[room.key]:.2f} {room.currency} over the hard limit of "
+                    f"{room.limit:.2f} {room.currency} (forecast {demand.cost:.2f} {room.currency})"
+                )
             return (
                 f"held by budget {room.name}: forecast {demand.cost:.2f} {room.currency} exceeds the "
-                f"{max(left[room.key], Decimal(0)):.2f} {room.currency} left of {room.limit:.2f} {room.currency}"
+                f"{left[room.key]:.2f} {room.currency} left of {room.limit:.2f} {room.currency}"
             )
     return None
 

@@ -1,21 +1,27 @@
 """Hard budgets in the job reconciler's admission cycle (against kmock): a new job whose forecast would break one is
-held with the reason; running jobs' forecasts count against the room; a platform admin's release is audited and
-the job then runs; and what it costs the cycle: one query while a hard budget exists, none otherwise."""
+held with the reason; running jobs' forecasts count against the room, and a job that ends counts what it ran from
+the pass it ends in on; a platform admin's release is audited and the job then runs; and what it costs the cycle:
+two queries while a hard budget exists, none otherwise."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from apps.billing import services
+from apps.billing.models import Budget, UsageRecord
 from apps.core.models import AuditEntry
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.reconciler import reconcile_jobs
 from tests.factories import ACTOR, client_for, make_key
 from tests.jobs.test_queueing_flow import cluster, gpu_job, kube  # noqa: F401 - fixtures
+from tests.jobs.test_reconciler_kubernetes import _set_job_status
 
 from .conftest import make_sku
 
@@ -99,6 +105,44 @@ def test_the_cycle_costs_one_query_more_with_a_hard_budget_and_none_without(kube
     services.budget_update(actor=ACTOR, budget=soft, hard_limit=True)
     with_hard = steady_pass()
     budget_queries = [q for q in with_hard if "billing_budget" in q]
-    assert len(budget_queries) == 1 and len(with_hard) == len(without) + 1, (len(without), len(with_hard))
+    usage_queries = [q for q in with_hard if "billing_usagerecord" in q and "billing_usagerecord" not in str(without)]
+    assert len(budget_queries) == 1 and len(usage_queries) == 1, with_hard  # the budgets, what closed since
+    assert len(with_hard) == len(without) + 2, (len(without), len(with_hard))
     assert len(with_soft) == len(without)
     assert Job.all_tenants.filter(reason="BudgetExceeded").count() == 2  # the first one runs, the others wait
+
+
+def _left(message: str) -> Decimal:
+    return Decimal(re.search(r"exceeds the ([0-9.]+) USD left", message).group(1))
+
+
+def test_a_job_that_ends_counts_what_it_ran_before_its_forecast_is_released(cluster, kube, tenant_a):  # noqa: F811
+    make_sku("gpu", gpu_type="any", rate="1.5")
+    budget = hard_budget(tenant_a, "1.20")
+    first = gpu_job(tenant_a, "first", gpus=1, timeout="40m")  # forecast 1.00
+    reconcile_jobs(kube)
+    second = gpu_job(tenant_a, "second", gpus=1, timeout="20m")  # forecast 0.50: 0.20 left
+    reconcile_jobs(kube)
+    second.refresh_from_db()
+    assert second.reason == "BudgetExceeded" and _left(second.message) == Decimal("0.20")
+    # The first has run for 30 minutes (0.75) since the budget was last measured (at 0.00).
+    began = timezone.now() - dt.timedelta(minutes=30)
+    Job.all_tenants.filter(pk=first.pk).update(start_time=began)
+    UsageRecord.all_tenants.filter(job_pk=first.pk).update(start=began)
+    Budget.all_tenants.filter(pk=budget.pk).update(status_evaluated_at=began, status_spent=0)
+    _set_job_status(cluster, "first", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    reconcile_jobs(kube)  # the first ends: its forecast goes, what it ran counts
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.phase == "Succeeded"
+    assert (second.phase, second.reason) == ("Queued", "BudgetExceeded"), second.message
+    assert Decimal("0.44") <= _left(second.message) <= Decimal("0.45")  # 1.20 - 0.75, and the seconds since
+    reconcile_jobs(kube)  # its run is final now: counted as usage closed since the measure
+    second.refresh_from_db()
+    assert second.reason == "BudgetExceeded" and Decimal("0.44") <= _left(second.message) <= Decimal("0.45")
+    services.budgets_evaluate()  # measured again: all of it in the spend
+    reconcile_jobs(kube)
+    second.refresh_from_db()
+    assert second.reason == "BudgetExceeded" and Decimal("0.44") <= _left(second.message) <= Decimal("0.45")
+    spent = Budget.all_tenants.get(pk=budget.pk).status_spent
+    assert Decimal("0.74") <= spent <= Decimal("0.76")  # and the second never ran past the limit

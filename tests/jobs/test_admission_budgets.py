@@ -70,13 +70,14 @@ def test_every_hard_budget_of_the_tenant_must_have_room():
     assert decisions[1].outcome == "wait" and decisions[1].message.startswith("held by budget sprint:")
 
 
-def test_an_exceeded_budget_shows_nothing_left_and_free_jobs_still_run():
-    decisions = decide([demand(1, cost="1"), demand(2, cost="0", at=1)], {1: [room("-25")]})
-    assert (
-        decisions[1].message
-        == "held by budget team-a-monthly: forecast 1.00 USD exceeds the 0.00 USD left of 500.00 USD"
+def test_an_exceeded_budget_says_how_much_over_and_free_jobs_still_run():
+    decisions = decide([demand(1, cost="1"), demand(2, cost="0", at=1)], {1: [room("-0.09", limit="0.30")]})
+    assert decisions[1].message == (
+        "held by budget team-a-monthly: 0.09 USD over the hard limit of 0.30 USD (forecast 1.00 USD)"
     )
     assert decisions[2].outcome == "admit"  # costs nothing: it cannot break the budget
+    spent = decide([demand(1, cost="1")], {1: [room("0")]})[1].message
+    assert spent == "held by budget team-a-monthly: forecast 1.00 USD exceeds the 0.00 USD left of 500.00 USD"
 
 
 def test_released_and_unpriced_jobs_are_not_checked():
