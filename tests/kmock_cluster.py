@@ -15,6 +15,7 @@ import contextlib
 import copy
 import json
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -122,6 +123,16 @@ class KmockCluster:
 
         self.call(store)
 
+    def write_status(self, kind: Any, name: str, namespace: str | None, status: dict[str, Any]) -> dict[str, Any]:
+        """Play the object's controller: a merge PATCH of its `/status` over HTTP, as the Job or StatefulSet
+        controller writes status (a recorded request, a watch event, a new `resourceVersion`). Returns the object."""
+        path = kind.path(namespace=namespace, name=name) + "/status"
+        body = json.dumps({"status": status}).encode()
+        headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+        request = urllib.request.Request(self.url + path, data=body, method="PATCH", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
     def unseed(self, kind: Any, name: str, namespace: str | None = None) -> None:
         """Remove a stored object directly (e.g. a Pod whose grace period has ended)."""
         group, version = group_version(kind.api_version)
@@ -142,15 +153,22 @@ class KmockCluster:
 
 
 @contextlib.contextmanager
-def running_kmock(*, honor_watch_timeout: bool = True, startup_timeout: float = 10.0) -> Iterator[KmockCluster]:
-    """Run a GryviaEmulator + kmock.Server on 127.0.0.1 (random port) on a background thread and event loop."""
+def running_kmock(
+    *, honor_watch_timeout: bool = True, require_namespaces: bool = False, startup_timeout: float = 10.0
+) -> Iterator[KmockCluster]:
+    """Run a GryviaEmulator + kmock.Server on 127.0.0.1 (random port) on a background thread and event loop.
+    With `require_namespaces`, a write into a namespace that does not exist is refused with 404, as a real API
+    server refuses it."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     state: dict[str, Any] = {}
 
     async def main() -> None:
         stop = asyncio.Event()
-        async with GryviaEmulator(honor_watch_timeout=honor_watch_timeout) as emulator, kmock.Server(emulator) as srv:
+        async with (
+            GryviaEmulator(honor_watch_timeout=honor_watch_timeout, require_namespaces=require_namespaces) as emulator,
+            kmock.Server(emulator) as srv,
+        ):
             state.update(emulator=emulator, url=str(srv.url).rstrip("/"), stop=stop)
             ready.set()
             await stop.wait()

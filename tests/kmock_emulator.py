@@ -138,11 +138,19 @@ def _merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def _status_response(code: int, message: str, *, details: dict[str, str] | None = None) -> aiohttp.web.Response:
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": message}
+    if details:
+        body["details"] = details
+    return aiohttp.web.json_response(body, status=code)
+
+
 @attrs.define(kw_only=True)
 class GryviaEmulator(kmock.KubernetesEmulator):
     """kmock's KubernetesEmulator plus Namespaces, apply-creates, selectors and server-side watch timeouts."""
 
     honor_watch_timeout: bool = True
+    require_namespaces: bool = False
     _revision: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     # (resource, namespace, name, field manager) -> the fields that manager's last apply set
     _applied: dict[tuple[Any, str | None, str | None, str], set[tuple[str, ...]]] = attrs.field(
@@ -217,12 +225,11 @@ class GryviaEmulator(kmock.KubernetesEmulator):
     # -- writes: server-set metadata, apply semantics, namespace cascade ----------------------------------------
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        if request.resource is not None and request.subresource is None and isinstance(request.data, dict):
-            conflict = self._version_conflict(request)
-            if conflict:
-                body = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 409, "message": conflict}
-                return aiohttp.web.json_response(body, status=409)
-            prepared = self._prepare_write(request)
+        if request.resource is not None and request.subresource in (None, "status") and isinstance(request.data, dict):
+            refusal = self._refusal(request)
+            if refusal is not None:
+                return refusal
+            prepared = self._prepare_write(request) if request.subresource is None else self._prepare_status(request)
             if prepared is not request:  # kmock matches reactions by the identity of recorded requests
                 index = next(i for i in range(len(self._requests) - 1, -1, -1) if self._requests[i] is request)
                 self._requests[index] = request = prepared
@@ -233,6 +240,19 @@ class GryviaEmulator(kmock.KubernetesEmulator):
         if request.resource == NAMESPACES and request.action == kmock.action.DELETE and response.status < 300:
             await self._cascade_namespace_delete(request.name)
         return response
+
+    def _refusal(self, request: kmock.Request) -> aiohttp.web.Response | None:
+        """The API server's answer to a write it refuses: into a missing namespace (404, as NamespaceLifecycle
+        answers, when `require_namespaces`), or against a stale `metadata.resourceVersion` (409)."""
+        writes = request.action in (kmock.action.CREATE, kmock.action.UPDATE)
+        namespace = request.namespace
+        if self.require_namespaces and writes and namespace and request.resource != NAMESPACES:
+            key = (NAMESPACES, None, namespace)
+            if key not in self.objects or self.objects[key].deleted:
+                message = f'namespaces "{namespace}" not found'
+                return _status_response(404, message, details={"name": namespace, "kind": "namespaces"})
+        conflict = self._version_conflict(request)
+        return None if conflict is None else _status_response(409, conflict)
 
     def _version_conflict(self, request: kmock.Request) -> str | None:
         """Why a PATCH naming a `metadata.resourceVersion` fails its precondition (None: it does not)."""
@@ -286,6 +306,14 @@ class GryviaEmulator(kmock.KubernetesEmulator):
             data.setdefault("metadata", {})["resourceVersion"] = self._next_revision()
             return attrs.evolve(request, data=data)
         return request
+
+    def _prepare_status(self, request: kmock.Request) -> kmock.Request:
+        """A write to `/status` changes the status alone and, like any write, bumps the `resourceVersion`."""
+        if request.action != kmock.action.UPDATE or self._stored(request) is None:
+            return request
+        data = {"status": copy.deepcopy(request.data.get("status") or {})}
+        data["metadata"] = {"resourceVersion": self._next_revision()}
+        return attrs.evolve(request, data=data)
 
     async def _cascade_namespace_delete(self, namespace: str | None) -> None:
         async with self._lock:

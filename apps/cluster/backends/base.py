@@ -157,6 +157,14 @@ class NotFoundError(ClusterError):
     status = 404
 
 
+class NamespaceMissingError(NotFoundError):
+    """A write into a namespace that does not exist: the API server answers 404 naming the namespace."""
+
+    def __init__(self, message: str, *, namespace: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+
+
 class ConflictError(ClusterError):
     status = 409
 

@@ -26,6 +26,7 @@ from apps.cluster.backends.base import (
     ConflictError,
     ForbiddenError,
     InvalidError,
+    NamespaceMissingError,
     NotFoundError,
     ObjectRef,
     ResourceKind,
@@ -39,16 +40,19 @@ LOG_IDLE_TIMEOUT_S = 60.0  # a followed log quiet this long is reopened (the pod
 _DELETE_OPTIONS = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
 
 
-def _status_message(body: str | bytes | None) -> str:
-    """The `message` of a Kubernetes Status body, or a short excerpt of whatever came back."""
+def _status_body(body: str | bytes | None) -> tuple[str, dict[str, Any]]:
+    """The `message` of a Kubernetes Status body (or a short excerpt of whatever came back), and its `details`."""
     if not body:
-        return ""
+        return "", {}
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(text)
     except ValueError:
-        return text.strip()[:200]
-    return str(data.get("message") or "") if isinstance(data, dict) else ""
+        return text.strip()[:200], {}
+    if not isinstance(data, dict):
+        return "", {}
+    details = data.get("details")
+    return str(data.get("message") or ""), details if isinstance(details, dict) else {}
 
 
 def error_for_status(status: int, message: str) -> ClusterError:
@@ -67,10 +71,17 @@ def error_for_status(status: int, message: str) -> ClusterError:
 
 
 def translate_api_exception(exc: ApiException, method: str, path: str) -> ClusterError:
-    """Turn a kubernetes ApiException into a ClusterError whose message names the call and the server's reason."""
+    """Turn a kubernetes ApiException into a ClusterError whose message names the call and the server's reason.
+
+    A 404 naming the namespace of the path (NamespaceLifecycle's answer to a write into a namespace that does not
+    exist) is a NamespaceMissingError: the namespace must be made before anything can go into it."""
     status = int(exc.status or 0)
-    detail = _status_message(exc.body) or (exc.reason or "").strip()
-    return error_for_status(status, f"{method} {path}: {status} {detail}".rstrip())
+    message, details = _status_body(exc.body)
+    text = f"{method} {path}: {status} {message or (exc.reason or '').strip()}".rstrip()
+    missing = details.get("name") if details.get("kind") == "namespaces" else None
+    if status == 404 and missing and f"/namespaces/{missing}/" in path:
+        return NamespaceMissingError(text, namespace=str(missing))
+    return error_for_status(status, text)
 
 
 def _stream_lines(raw: Any) -> Iterator[str]:
@@ -111,7 +122,15 @@ class KubernetesBackend:
         self.timeout_s = timeout_s
 
     @staticmethod
-    def _default_client() -> ApiClient:
+    def _client(configuration: Configuration) -> ApiClient:
+        """An ApiClient with one retry policy, ours: a failed call fails at once (urllib3 would otherwise retry it
+        3 times, logging each), and the reconciler that made it retries on its own schedule, with backoff."""
+        configuration.retries = False
+        configuration.client_go_retries = False
+        return ApiClient(configuration)
+
+    @classmethod
+    def _default_client(cls) -> ApiClient:
         """In-cluster service-account config when running in a pod, else the local kubeconfig."""
         configuration = Configuration()
         try:
@@ -121,14 +140,12 @@ class KubernetesBackend:
                 kube_config.load_kube_config(client_configuration=configuration)
             except kube_config.ConfigException as exc:
                 raise UnavailableError(f"no in-cluster config and no usable kubeconfig: {exc}") from exc
-        return ApiClient(configuration)
+        return cls._client(configuration)
 
     @classmethod
     def for_host(cls, url: str, **kw: Any) -> KubernetesBackend:
         """A backend for a plain-http API server at `url` (no auth), e.g. a local emulator in tests."""
-        configuration = Configuration(host=url.rstrip("/"))
-        configuration.retries = False  # fail fast; reconcilers retry on their own schedule
-        return cls(ApiClient(configuration), **kw)
+        return cls(cls._client(Configuration(host=url.rstrip("/"))), **kw)
 
     # -- transport ---------------------------------------------------------------------------------------------
 
