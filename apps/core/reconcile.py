@@ -25,6 +25,7 @@ from apps.cluster.backends.base import (
     SPEC_HASH_ANNOTATION,
     ClusterBackend,
     ClusterError,
+    NamespaceMissingError,
     ObjectRef,
     ResourceKind,
     object_key,
@@ -33,6 +34,7 @@ from apps.cluster.backends.base import (
 from . import fastjson
 from .locks import LockedRead, try_advisory_lock
 from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
+from .periodic import periodic_function
 
 logger = logging.getLogger(__name__)
 Owner = TypeVar("Owner")
@@ -93,12 +95,17 @@ class OwnerReconciler(ABC, Generic[Owner]):
     delete_order: tuple[str, ...] = ()
     # The label naming an object's owner key, when that is all owner_key_of() reads (the pass then reads it itself).
     owner_label: str | None = None
+    # The periodic pass (a GRYVIA_PERIODIC name, a function taking the backend) that makes the namespaces this
+    # reconciler's objects go into. An apply that finds its namespace missing (the cluster was emptied, or the
+    # namespace deleted by hand) runs it first, with this pass's backend, once per namespace and pass, then retries.
+    namespace_pass: str | None = "reconcile-tenants"
 
     def __init__(self, backend: ClusterBackend, *, max_per_pass: int = 500, budget_s: float = 15.0) -> None:
         self.backend = backend
         self.max_per_pass = max_per_pass
         self.budget_s = budget_s
         self.live_by_owner: dict[str | None, dict[str, dict[str, Any]]] = {}
+        self.namespaces_made: dict[str, bool] = {}  # this pass's runs of namespace_pass: namespace -> it ran
         self.observed_by_owner: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
 
     # -- what a subclass provides -----------------------------------------------------------------------------
@@ -268,6 +275,25 @@ class OwnerReconciler(ABC, Generic[Owner]):
             RECONCILE_ERRORS.labels(kind=self.kind).inc()
             self.record_error(owner, f"{type(exc).__name__}: {exc}")
 
+    def _apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Apply; when the namespace is missing, make it first (`namespace_pass`) and apply once more."""
+        try:
+            return self.backend.apply(manifest)
+        except NamespaceMissingError as exc:
+            if not self._make_namespace(exc.namespace):
+                raise
+        return self.backend.apply(manifest)
+
+    def _make_namespace(self, namespace: str) -> bool:
+        """Run `namespace_pass` for a missing namespace, at most once per namespace and pass; whether it ran."""
+        if not self.namespace_pass:
+            return False
+        if namespace not in self.namespaces_made:
+            logger.warning("%s pass: namespace %s is missing; %s runs first", self.kind, namespace, self.namespace_pass)
+            stats = periodic_function(self.namespace_pass)(self.backend)
+            self.namespaces_made[namespace] = not (isinstance(stats, ReconcileStats) and stats.skipped)
+        return self.namespaces_made[namespace]
+
     def _ordered(self, objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         rank = {name: i for i, name in enumerate(self.delete_order)}
         return sorted(objects, key=lambda o: rank.get(o.get("kind", ""), -1))
@@ -285,7 +311,7 @@ class OwnerReconciler(ABC, Generic[Owner]):
                 current = live.get(key)
                 if current is None or live_hash(current) != digest:
                     manifest = load()
-                    now[key] = self.backend.apply(self.prepare(owner, manifest, now)) or manifest
+                    now[key] = self._apply(self.prepare(owner, manifest, now)) or manifest
                     stats.applied += 1
             for obj in self._ordered(o for k, o in live.items() if k not in applied):
                 self.backend.delete(ObjectRef.of(obj))

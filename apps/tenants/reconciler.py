@@ -29,6 +29,7 @@ class TenantReconciler(OwnerReconciler[Tenant]):
     managed_kinds = (NAMESPACE, RESOURCE_QUOTA, LIMIT_RANGE, NETWORK_POLICY, ROLE_BINDING)
     label_selector = f"{MANAGED_BY}={MANAGER},{manifests.COMPONENT}=tenant"
     delete_order = ("RoleBinding", "NetworkPolicy", "LimitRange", "ResourceQuota", "Namespace")
+    namespace_pass = None  # it makes the namespaces: each tenant's Namespace is applied before what goes in it
 
     def owners(self):
         return Tenant.objects.filter(archived_at__isnull=True).order_by("pk").iterator(chunk_size=2000)

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from apps.cluster.backends.base import JOB, NODE, POD, PVC, SECRET, SERVICE
+from apps.cluster.backends.base import JOB, NAMESPACE, NODE, POD, PVC, SECRET, SERVICE, ObjectRef
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.jobs import services
 from apps.jobs.models import Job, JobEvent
@@ -23,7 +23,7 @@ NS = "tenant-alpha"
 
 @pytest.fixture
 def cluster():
-    with running_kmock() as running:
+    with running_kmock(require_namespaces=True) as running:
         yield running
 
 
@@ -229,6 +229,27 @@ def test_node_loss_force_deletes_pods_with_a_uid_precondition(cluster, kube, ten
     assert job.node_loss_recoveries == 1 and job.lost_steps == 7
     assert JobEvent.objects.filter(job=job, reason="NodeLost", type="Warning").exists()
     assert NODE.kind == "Node"
+
+
+def test_a_missing_namespace_is_made_before_the_jobs_objects_go_in(cluster, kube, tenant_a):
+    """The tenant's namespace deleted (the cluster emptied, or by hand): a real API server refuses every object
+    applied into it with a 404. The job pass runs the tenant pass first, once, then applies the jobs' objects in
+    the same pass, rather than failing every job until the tenant pass's next tick."""
+    kube.delete(ObjectRef(NAMESPACE, NS))
+    jobs = [make_job(tenant_a, "first"), make_job(tenant_a, "second")]
+    cluster.clear_requests()
+    stats = reconcile_jobs(kube)
+    assert stats.errors == 0 and cluster.stored(NAMESPACE, NS) is not None
+    writes = _writes(cluster)
+    assert writes.count(f"PATCH /api/v1/namespaces/{NS}") == 1  # one tenant pass for both jobs
+    for job in jobs:
+        assert cluster.stored(JOB, job.name, NS) is not None and cluster.stored(SECRET, f"{job.name}-token", NS)
+        assert writes.index(f"PATCH /api/v1/namespaces/{NS}") < writes.index(
+            f"PATCH /apis/batch/v1/namespaces/{NS}/jobs/{job.name}"
+        )
+        job.refresh_from_db()
+        assert job.phase == "Scheduling" and job.message == ""
+    assert not JobEvent.objects.filter(reason="ReconcileError").exists()
 
 
 def test_gryvia_backend_kubernetes_reaches_the_cluster_of_the_kubeconfig(
