@@ -10,6 +10,8 @@ from typing import Any
 
 from apps.cluster.backends.base import MANAGED_BY, MANAGER
 from apps.queueing.kai import gpu_fraction_annotations
+from apps.queueing.quantities import parse_quantity
+from apps.tenants.manifests import CONTAINER_DEFAULT_LIMITS
 
 from . import choices as C
 from .environment import entrypoint, job_env
@@ -46,9 +48,14 @@ def _meta(name: str, namespace: str, job_labels: dict[str, str]) -> dict[str, An
 
 
 def _resources(spec: JobSpec) -> dict[str, Any]:
+    """Requests as asked; memory limited to its request; a cpu request above the tenant LimitRange's default cpu
+    limit gets a limit equal to it (the API server would fill in that default below the request and refuse the
+    pod), one at or under it keeps the default, so the job may burst up to it like any pod of the tenant."""
     wanted = spec.raw.get("resources") or {}
     requests = {k: v for k, v in wanted.items() if k in ("cpu", "memory")}
     limits: dict[str, str] = {}
+    if "cpu" in requests and parse_quantity(requests["cpu"]) > parse_quantity(CONTAINER_DEFAULT_LIMITS["cpu"]):
+        limits["cpu"] = requests["cpu"]
     if "memory" in requests:
         limits["memory"] = requests["memory"]
     if spec.gpus_per_pod:

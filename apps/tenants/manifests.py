@@ -16,6 +16,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TYPE_RESOURCE = "nvidia.com/gpu-{type}"
 ROLE_CLUSTER_ROLES = {"owner": "admin", "admin": "admin", "member": "member", "viewer": "viewer"}
 PRIVATE_CIDRS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"]
+# The LimitRange's container defaults: the API server fills them in where a container sets no request or limit
+# (a job's manifests set a limit wherever its request is above the default limit: apps.jobs.manifests).
+CONTAINER_DEFAULT_LIMITS = {"cpu": "4", "memory": "8Gi"}
+CONTAINER_DEFAULT_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 
 def labels_for(slug: str) -> dict[str, str]:
@@ -68,8 +72,8 @@ def limit_range(tenant: Any) -> dict[str, Any]:
             "limits": [
                 {
                     "type": "Container",
-                    "default": {"cpu": "4", "memory": "8Gi"},
-                    "defaultRequest": {"cpu": "1", "memory": "2Gi"},
+                    "default": dict(CONTAINER_DEFAULT_LIMITS),
+                    "defaultRequest": dict(CONTAINER_DEFAULT_REQUESTS),
                 }
             ]
         },

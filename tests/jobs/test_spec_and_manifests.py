@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import kubernetes_validate
 import pytest
 from rest_framework import serializers
@@ -9,6 +11,8 @@ from rest_framework import serializers
 from apps.jobs import manifests
 from apps.jobs.environment import SHELL_RANK
 from apps.jobs.spec import JobSpec, normalize_spec, parse_duration
+from apps.queueing.quantities import parse_quantity
+from apps.tenants import manifests as tenant_manifests
 from tests.jobs.factories import spec
 
 COMMON = {"name": "train", "namespace": "tenant-alpha", "uid": "0b7c", "tenant": "alpha"}
@@ -149,6 +153,45 @@ def test_job_manifest_details():
     inference, sts = _build(**SPECS["inference"])
     assert sts["kind"] == "StatefulSet" and sts["spec"]["serviceName"] == "train-headless"
     assert _env(sts)["PORT"] == "8080"
+
+
+def _admitted_under(limit_range: dict, container: dict) -> dict[str, dict]:
+    """The container's resources as a real API server stores them in a namespace with this LimitRange: requests
+    default to the limits set, the LimitRanger fills in its defaults where a value is missing, and a request above
+    its limit is refused (AssertionError here, "must be less than or equal to cpu limit" there)."""
+    [item] = limit_range["spec"]["limits"]
+    resources = container.get("resources") or {}
+    limits = {**item["default"], **(resources.get("limits") or {})}
+    requests = {**item["defaultRequest"], **(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    for name in ("cpu", "memory"):
+        assert parse_quantity(requests[name]) <= parse_quantity(limits[name]), f"{name}: {requests} > {limits}"
+    return {"requests": requests, "limits": limits}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "cpu", "memory"),
+    [
+        ({"resources": {"cpu": "8", "memory": "64Gi"}}, ("8", "8"), ("64Gi", "64Gi")),
+        ({"resources": {"cpu": "16"}}, ("16", "16"), ("2Gi", "8Gi")),
+        ({"resources": {"cpu": "4500m", "memory": "1Gi"}}, ("4500m", "4500m"), ("1Gi", "1Gi")),
+        ({"resources": {"cpu": "4"}}, ("4", "4"), ("2Gi", "8Gi")),
+        ({"resources": {"cpu": "500m", "memory": "12Gi"}}, ("500m", "4"), ("12Gi", "12Gi")),
+        ({}, ("1", "4"), ("2Gi", "8Gi")),
+        ({**SPECS["inference"], "resources": {"cpu": "6"}}, ("6", "6"), ("2Gi", "8Gi")),
+    ],
+    ids=["8cpu-64Gi", "16cpu", "4500m-1Gi", "4cpu", "500m-12Gi", "defaults", "inference-6cpu"],
+)
+def test_containers_fit_the_tenants_limit_range(overrides, cpu, memory):
+    """A job's container gets what it asks for under its tenant's LimitRange (default limit cpu 4, memory 8Gi): a
+    request above a default limit is its own limit, as an API server would otherwise fill in the default below
+    the request and refuse the pod; at or under it, the pod may burst to the tenant's default limit."""
+    _typed, workload = _build(**overrides)
+    kubernetes_validate.validate(workload, "1.33", strict=True)
+    limit_range = tenant_manifests.limit_range(SimpleNamespace(slug="alpha", namespace="tenant-alpha"))
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    stored = _admitted_under(limit_range, container)
+    assert (stored["requests"]["cpu"], stored["limits"]["cpu"]) == cpu
+    assert (stored["requests"]["memory"], stored["limits"]["memory"]) == memory
 
 
 BAD = [
