@@ -76,13 +76,23 @@ def from_batch_job(workload: dict[str, Any], pods: list[dict[str, Any]], *, was_
         cond = conditions["Failed"]
         out.phase = JobPhase.FAILED
         out.reason = cond.get("reason") or "Failed"
-        out.message = f"{out.reason}: {cond.get('message') or ''} ({failed}/{expected} pod(s) failed)".replace(
-            ":  (", ": ("
-        )
+        out.message = " ".join(filter(None, [f"{out.reason}:", cond.get("message"), _attempts(failed, spec)]))
         out.completion_time = cond.get("lastTransitionTime")
     elif status.get("ready") or status.get("active") or status.get("succeeded") or was_running:
         out.phase = JobPhase.RUNNING
     return out
+
+
+def _attempts(failed: int, spec: dict[str, Any]) -> str:
+    """The failed attempts against what `retryLimit` (the Job's backoffLimit) allows: the first and one per retry.
+    Counted over the whole job, whatever its parallelism: a failed pod of any index is one failed attempt."""
+    if not failed:
+        return ""
+    noun = "attempt" if failed == 1 else "attempts"
+    limit = spec.get("backoffLimit")
+    if limit is None:
+        return f"({failed} failed {noun})"
+    return f"({failed} failed {noun} of {int(limit) + 1} allowed by retryLimit {limit})"
 
 
 def from_stateful_set(workload: dict[str, Any], pods: list[dict[str, Any]], *, default_endpoint: str) -> Observed:

@@ -122,23 +122,25 @@ def test_driving_job_status_moves_the_phase_to_succeeded(cluster, kube, tenant_a
     assert job.finalized and job.phase == "Succeeded"
 
 
-def test_a_failed_job_reports_the_reason(cluster, kube, tenant_a):
-    job = make_job(tenant_a, "bad", retryLimit=1)
+@pytest.mark.parametrize(
+    ("retry_limit", "failed", "counted"),
+    [
+        (1, 2, "(2 failed attempts of 2 allowed by retryLimit 1)"),
+        (2, 3, "(3 failed attempts of 3 allowed by retryLimit 2)"),
+    ],
+)
+def test_a_failed_job_reports_the_reason(cluster, kube, tenant_a, retry_limit, failed, counted):
+    """The failed attempts are counted against retryLimit (the Job's backoffLimit), not divided by the job's
+    parallelism (2 pods here): "3/2 pod(s) failed" said nothing a user could act on."""
+    job = make_job(tenant_a, "bad", retryLimit=retry_limit)
     reconcile_jobs(kube)
-    _set_job_status(
-        cluster,
-        "bad",
-        {
-            "failed": 2,
-            "conditions": [
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "too many"}
-            ],
-        },
-    )
+    reason = "BackoffLimitExceeded"
+    condition = {"type": "Failed", "status": "True", "reason": reason, "message": "Job has reached the backoff limit"}
+    cluster.write_status(JOB, "bad", NS, {"failed": failed, "conditions": [condition]})
     reconcile_jobs(kube)
     job.refresh_from_db()
-    assert job.phase == "Failed" and job.reason == "BackoffLimitExceeded" and job.attempts == 3
-    assert "BackoffLimitExceeded: too many (2/2 pod(s) failed)" == job.message
+    assert job.phase == "Failed" and job.reason == reason and job.attempts == failed + 1
+    assert job.message == f"{reason}: Job has reached the backoff limit {counted}"
 
 
 def test_cancel_deletes_the_workload_and_keeps_the_pvc(cluster, kube, tenant_a):
