@@ -55,8 +55,9 @@ test: lint
 worker: install
 	$(BIN)/celery -A gryvia_site worker --loglevel=info --concurrency=2
 
+# Safe to run twice: the beat holding the leader lease in Redis sends, another waits (apps/core/beat.py).
 beat: install
-	$(BIN)/celery -A gryvia_site beat --loglevel=info --schedule=$${GRYVIA_DATA_DIR:-var}/celerybeat-schedule
+	$(BIN)/celery -A gryvia_site beat --loglevel=info
 
 smoke-run: install
 	bash scripts/smoke-make-run.sh

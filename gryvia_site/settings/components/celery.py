@@ -1,5 +1,6 @@
 """Celery (production profile). The same periodic table drives the embedded ticker when REDIS_URL is unset."""
 
+from ..env import env_str
 from .redis import REDIS_URL
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
@@ -8,6 +9,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# Beat sends only while it holds a leader lease in Redis (apps.core.beat), so a second beat is a hot standby. The
+# lease is renewed every third of its TTL; a standby takes over at once from a leader stopped cleanly, and within
+# the TTL (plus a poll of at most 1 s) from one killed.
+CELERY_BEAT_SCHEDULER = "apps.core.beat:LeaderScheduler"
+GRYVIA_BEAT_LOCK_TTL_S = float(env_str("GRYVIA_BEAT_LOCK_TTL_S", "5"))
 
 # name -> (dotted path of a plain function, interval in seconds). Celery beat runs each through
 # apps.core.tasks.run_periodic; the embedded ticker calls the function directly.
