@@ -12,6 +12,16 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def _add_worker_heartbeat() -> None:
+    """Each worker refreshes its entry in Redis while it consumes, for /readyz (apps.core.heartbeats)."""
+    from apps.core.heartbeats import WorkerHeartbeat
+
+    app.steps["consumer"].add(WorkerHeartbeat)
+
+
+_add_worker_heartbeat()
+
+
 @worker_process_init.connect
 def _freeze_startup_heap(**_kwargs) -> None:
     """Each worker process, once started: full collections stop walking what it keeps for life (apps.core.heap)."""

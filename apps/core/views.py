@@ -1,5 +1,6 @@
 """Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer and, in the embedded
-profile, the local models registered at start serve), /metrics."""
+profile, the local models registered at start serve; `/readyz?verbose` in the production profile also reports the
+Celery workers and beats seen lately), /metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import heartbeats
 from .metrics import REGISTRY
 
 
@@ -25,16 +27,18 @@ def _check_database() -> str | None:
     return None
 
 
-def _check_redis() -> str | None:
+def _check_redis(*, verbose: bool) -> tuple[str | None, heartbeats.Background | None]:
+    """Redis's answer and, when `verbose`, the background processes seen lately (production profile only)."""
     if not settings.REDIS_URL:
-        return None
-    import redis
-
+        return None, None
     try:
-        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2).ping()
+        client = heartbeats.connect()
+        if verbose:  # the read is Redis's answer
+            return None, heartbeats.background(client=client)
+        client.ping()
     except Exception as exc:
-        return f"redis: {exc}"
-    return None
+        return f"redis: {exc}", None
+    return None, None
 
 
 def _local_models_not_ready() -> list[dict[str, str]]:
@@ -61,7 +65,13 @@ def _local_models_not_ready() -> list[dict[str, str]]:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    problems = [p for p in (_check_database(), _check_redis()) if p]
+    """503 when this server cannot serve: a dependency is down, or a local model it registered is not Ready.
+
+    `?verbose` adds, with REDIS_URL set, the Celery workers and beats seen lately (`background`) and what is missing
+    (`warnings`). Missing ones leave the server ready: the API still serves, only periodic work waits, and a probe
+    that failed then would take every web replica out of service for a fault of the background processes."""
+    redis_problem, background = _check_redis(verbose="verbose" in request.GET)
+    problems = [p for p in (_check_database(), redis_problem) if p]
     waiting: list[dict[str, str]] = []
     if not problems:  # the query needs the database
         waiting = _local_models_not_ready()
@@ -71,6 +81,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     body: dict = {"status": "ok" if not problems else "unavailable", "problems": problems}
     if waiting:
         body["inference_services"] = waiting
+    if background is not None:
+        body["background"] = background.as_json()
+        body["warnings"] = background.warnings()
     return JsonResponse(body, status=200 if not problems else 503)
 
 

@@ -34,6 +34,11 @@ class Command(BaseCommand):
         ticker = None if settings.REDIS_URL else Ticker()
         if ticker is not None:
             ticker.start()
+        else:
+            self.stdout.write(
+                "REDIS_URL is set: this server runs no periodic work (reconcilers, webhook deliveries, metering). "
+                "Run `make worker` and `make beat` beside it; GET /readyz?verbose reports whether they are seen."
+            )
         config = uvicorn.Config(
             application,
             host=host,
