@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models.fields.json import KT
 
 from apps.core.bulk import bulk_set, bulk_set_deferred
@@ -26,6 +27,7 @@ from apps.tenants.bound_keys import api_key_revoke_bound_deferred, api_keys_issu
 from . import manifests, selectors, services
 from .choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
 from .models import Job
+from .reconciler_isolation import IsolationMixin
 
 # job uid -> what its last observation saw (its row's state, its objects' resourceVersions): a later pass in this
 # process that sees the same leaves the job alone. Only ever a shortcut: a fresh process observes every job.
@@ -34,7 +36,7 @@ _SEEN_MAX = 200_000
 _FINALIZE = PreparedUpdate(lambda: Job.all_tenants.filter(pk__any_of=Arg("pks")), finalized=True)
 
 
-class PassMixin:
+class PassMixin(IsolationMixin):
     backend: Any
     mode: str
     now: Any
@@ -251,7 +253,25 @@ class PassMixin:
     def end_pass(self) -> None:
         """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk. The
         writes whose results nothing reads go to the server together, with the statement after them
-        (apps.core.deferred): a pass's end takes a few round trips, not one per write."""
+        (apps.core.deferred): a pass's end takes a few round trips, not one per write. When that fails, each
+        tenant's share and then each job's is written alone, and a job whose write still fails is recorded and
+        retried later (apps.jobs.reconciler_isolation): one tenant's fault does not stop the others."""
+        self.freed_after_admission = 0
+        self.hold_back()
+        try:
+            self._write_buffered()
+        except DatabaseError as exc:
+            self.write_isolated(exc)
+        else:
+            self.written_all()
+        if len(_SEEN) > _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN.update(self._seen_now)
+        self._changes, self._jobs, self._events, self._status, self._revoke, self._seen_now = {}, {}, [], {}, [], {}
+        self._finalize, self._issued = [], {}
+
+    def _write_buffered(self, *, shared: bool = True) -> set[int]:
+        """Write the buffers in one transaction (`shared`: with the queues' status). Returns the jobs written."""
         # Status, its events and their webhook outbox rows: all or none.
         with atomic_deferred_writes():  # (its last writes go with the COMMIT)
             for pk in self._changes.keys() & set(self._finalize):  # ended and collected in this pass: one write
@@ -276,22 +296,20 @@ class PassMixin:
             rest = [pk for pk in self._finalize if pk not in written]  # (finalized with its status otherwise)
             if rest:
                 _FINALIZE.run_deferred(pks=rest)
-            self._write_queue_status()  # computed by begin_pass's admission (apps.jobs.reconciler_placement)
+            if shared:
+                self._write_queue_status()  # computed by begin_pass's admission (apps.jobs.reconciler_placement)
             services.job_events_record(events)
             # Quota freed after this pass's admission ran (a cancelled, preempted or requeued job's pods are gone):
             # another pass at once admits what it now allows, rather than at the next tick.
             before = {row.pk: row.phase for row in self.active_rows}
-            self.freed_after_admission = sum(
+            freed = sum(
                 1
                 for pk in written
                 if before.get(pk) in HOLDING_PHASES
                 and pk not in self.released
                 and self._changes[pk].get("phase", before[pk]) not in HOLDING_PHASES
             )
-            if self.freed_after_admission:
+            if freed:
                 nudge(services.RECONCILE)
-        if len(_SEEN) > _SEEN_MAX:
-            _SEEN.clear()
-        _SEEN.update(self._seen_now)
-        self._changes, self._jobs, self._events, self._status, self._revoke, self._seen_now = {}, {}, [], {}, [], {}
-        self._finalize, self._issued = [], {}
+        self.freed_after_admission += freed
+        return written
