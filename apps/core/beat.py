@@ -7,7 +7,7 @@ host): within `GRYVIA_BEAT_LOCK_TTL_S` plus one poll.
 
 There is no schedule file. Celery's default keeps the schedule in a shelve file that two beats sharing a data dir
 corrupt, and each then sends everything; our intervals are seconds, so the file saved nothing worth keeping. When
-each entry was last sent lives in a Redis hash instead: the leader writes an entry's time after sending it, and a
+each entry was last sent lives in a Redis hash instead: the leader writes an entry's time as it sends it, and a
 new leader reads them all when it takes over, so a handover neither repeats nor skips a tick.
 """
 
@@ -61,13 +61,15 @@ class LeaderScheduler(Scheduler):
         # Awake in time to renew the lease, however far off the next entry is.
         return max(0.0, min(wait, self._renew_at - time.monotonic()))
 
-    def apply_entry(self, entry, producer=None) -> None:
-        super().apply_entry(entry, producer=producer)
-        sent = self.schedule[entry.name].last_run_at  # tick's reserve() stamped the entry's next instance
+    def reserve(self, entry):
+        """Stamp the entry as sent now and record that before tick() sends it: a leader stopped in between skips
+        one tick of it rather than have its successor send it twice."""
+        stamped = super().reserve(entry)
         try:
-            self.lease.client.hset(LAST_SENT_KEY, entry.name, sent.timestamp())
+            self.lease.client.hset(LAST_SENT_KEY, entry.name, stamped.last_run_at.timestamp())
         except redis.RedisError as exc:  # a new leader would send this entry once more, at worst
             logger.warning("beat: could not record when %s was sent: %s", entry.name, exc)
+        return stamped
 
     def close(self) -> None:
         if not self._closed:
