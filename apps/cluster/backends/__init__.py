@@ -27,7 +27,7 @@ def get_backend() -> ClusterBackend:
             else:
                 from .local import LocalBackend
 
-                _backend = LocalBackend(data_dir=settings.DATA_DIR)
+                _backend = LocalBackend(data_dir=settings.DATA_DIR, node=True)  # one node per data dir
         return _backend
 
 

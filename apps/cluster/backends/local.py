@@ -6,8 +6,12 @@ StatefulSet` or `apps/v1 Deployment` becomes local processes, with Pods and `sta
 local_workloads.py and local_replicas.py). One
 Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
 and taints, as one field manager's (what a later apply omits goes again), so reservation claims work as on a cluster.
-Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`. After a
-restart the store is empty and the reconcilers rebuild it on their first pass.
+Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`.
+
+The installation's backend (`get_backend()`, `node=True`) runs workloads in one process of the installation, the
+node (local_node.py): other processes read what it publishes and write nothing. After a restart the store is empty:
+the reconcilers rebuild it on their first pass, and the job reconciler runs again, or fails, the jobs whose
+workloads were lost.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from apps.cluster.gpus import gpu_inventory
 
@@ -40,6 +46,7 @@ from .base import (
     kind_of,
     labels_match,
 )
+from .local_node import LocalNode
 from .local_objects import NODE_NAME, node_object
 from .local_workloads import WorkloadSupervisor
 
@@ -61,11 +68,14 @@ class LocalBackend:
 
     `data_dir` holds logs, volumes and working directories (a temporary directory, removed by `close()`, when
     neither it nor `log_dir` is given); `log_dir` alone (the older form) means `data_dir = log_dir.parent`.
+    `node`: this is the installation's backend, shared by every process that uses `data_dir` (local_node.py): the
+    first write claims the node for this process, or is refused while another process holds it; until then, and
+    in any process that never writes, reads show the objects the node publishes.
     """
 
     name = "local"
 
-    def __init__(self, *, data_dir: Path | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, *, data_dir: Path | None = None, log_dir: Path | None = None, node: bool = False) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._log: list[tuple[int, WatchEvent, ResourceKind]] = []
@@ -77,6 +87,7 @@ class LocalBackend:
         self._started = _now()
         self._node_applied: dict[str, Any] = {"labels": {}, "annotations": {}, "taints": None}
         self.calls: dict[str, int] = {}
+        self._node = LocalNode(self.data_dir) if node else None
 
     @property
     def data_dir(self) -> Path:
@@ -90,11 +101,27 @@ class LocalBackend:
 
     def _workloads(self) -> WorkloadSupervisor:
         if self._supervisor is None:
-            self._supervisor = WorkloadSupervisor(self, data_dir=self.data_dir, log_dir=self.log_dir)
+            self._supervisor = WorkloadSupervisor(self, data_dir=self.data_dir, log_dir=self.log_dir, groups=self._node)
         return self._supervisor
 
     def _count(self, verb: str) -> None:
         self.calls[verb] = self.calls.get(verb, 0) + 1
+
+    def _claim(self) -> None:
+        """Before a write: this process must be the installation's node (NodeBusyError names the one that is)."""
+        if self._node is not None and not self._node.owned:
+            self._node.claim(self._published_objects)
+
+    def _published_objects(self) -> bytes:
+        with self._cond:  # serialized under the lock: the supervisor's threads write the store meanwhile
+            return orjson.dumps(list(self._objects.values()))
+
+    def _view(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """The objects reads see: this process's own, or (not the node) those the live node published."""
+        if self._node is None or self._node.owned:
+            return self._objects
+        published = self._node.published()
+        return self._objects if published is None else published
 
     @staticmethod
     def _key(ref: ObjectRef) -> tuple[str, str, str]:
@@ -112,6 +139,8 @@ class LocalBackend:
         self._objects[self._key(ref)] = obj
         self._log.append((version, WatchEvent(event, copy.deepcopy(obj)), ref.kind))
         self._cond.notify_all()
+        if self._node is not None:
+            self._node.changed()
         return copy.deepcopy(obj)
 
     def _put(self, ref: ObjectRef, manifest: dict[str, Any], event: str) -> dict[str, Any]:
@@ -126,6 +155,7 @@ class LocalBackend:
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
+        self._claim()
         with self._cond:
             self._count("apply")
             if ref.kind == NODE:
@@ -161,6 +191,7 @@ class LocalBackend:
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         ref = ObjectRef.of(manifest)
+        self._claim()
         with self._cond:
             self._count("create")
             self._require_namespace(ref)
@@ -196,7 +227,7 @@ class LocalBackend:
             self._count("get")
             if ref.kind == NODE:
                 self._ensure_node()
-            obj = self._objects.get(self._key(ref))
+            obj = self._view().get(self._key(ref))
             if obj is None:
                 raise NotFoundError(f"{ref} not found")
             return copy.deepcopy(obj)
@@ -209,7 +240,7 @@ class LocalBackend:
                 self._ensure_node()
             return [
                 copy.deepcopy(obj)
-                for (t, ns, _name), obj in sorted(self._objects.items())
+                for (t, ns, _name), obj in sorted(self._view().items())
                 if t == type_key
                 and (namespace is None or ns == namespace)
                 and labels_match((obj.get("metadata") or {}).get("labels") or {}, label_selector)
@@ -219,6 +250,7 @@ class LocalBackend:
         """Delete; False when already gone. Workloads stop in the background (their pods go through the termination
         sequence, `grace_period_s` overriding their grace); a deleted Pod's process is killed and its index comes
         back; a Namespace takes its objects and workloads with it. `uid` is a precondition (ConflictError)."""
+        self._claim()
         with self._cond:
             self._count("delete")
             key = self._key(ref)
@@ -247,6 +279,8 @@ class LocalBackend:
         obj = self._objects.pop(key, None)
         if obj is not None:
             self._log.append((next(self._versions), WatchEvent("DELETED", obj), kind))
+            if self._node is not None:
+                self._node.changed()
         return obj
 
     def watch(
@@ -298,7 +332,7 @@ class LocalBackend:
     def _pod_done(self, namespace: str, pod: str) -> bool:
         """True when the pod has finished or is gone (its log will not grow)."""
         with self._cond:
-            obj = self._objects.get(("v1/Pod", namespace, pod))
+            obj = self._view().get(("v1/Pod", namespace, pod))
             return obj is None or (obj.get("status") or {}).get("phase") in _FINISHED
 
     def stream_pod_logs(self, *, namespace: str, pod: str, follow: bool, poll_s: float = 0.2) -> Iterator[str]:
@@ -397,6 +431,8 @@ class LocalBackend:
         """Stop every local workload (no process outlives this), wake watchers, drop a temporary data dir."""
         if self._supervisor is not None:
             self._supervisor.close()  # outside the lock: stopping pods write to the store
+        if self._node is not None:
+            self._node.release()
         with self._cond:
             self._cond.notify_all()
         if self._tmp_dir is not None:

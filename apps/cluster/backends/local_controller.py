@@ -291,6 +291,7 @@ class WorkloadController(ABC):
         pod.reason = pod.message = ""
         self.sup.track(pod)
         pod.launch(plan, append=pod.append_log, on_exit=self._exited, spawn=self.sup.spawn)
+        self.sup.started(pod)
         if pod.alive and not (self.probe and self.restarts_in_place):
             pod.ready = True  # no readiness probe to wait for
         self.write_pod(pod, create=create)

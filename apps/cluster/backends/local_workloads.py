@@ -24,6 +24,7 @@ from typing import Any
 from . import local_pods
 from .base import JOB
 from .local_controller import IDLE_TICK_S, WorkloadController, WorkloadStore
+from .local_node import LocalNode
 from .local_objects import condition, job_status
 from .local_pods import PodProcess, kill_group, now_iso
 from .local_replicas import DeploymentController, StatefulSetController
@@ -146,8 +147,9 @@ class JobController(WorkloadController):
 class WorkloadSupervisor:
     """Runs the workloads of one LocalBackend as local processes; `close()` stops every one of them."""
 
-    def __init__(self, store: WorkloadStore, *, data_dir: Path, log_dir: Path) -> None:
+    def __init__(self, store: WorkloadStore, *, data_dir: Path, log_dir: Path, groups: LocalNode | None = None) -> None:
         self.store = store
+        self.groups = groups  # the installation's node, which records each pod's process group (local_node.py)
         self.data_dir, self.log_dir = data_dir, log_dir
         self.closed = False
         self._lock = threading.RLock()
@@ -169,9 +171,15 @@ class WorkloadSupervisor:
         with self._lock:
             self._live.add(pod)
 
+    def started(self, pod: PodProcess) -> None:
+        if self.groups is not None and pod.pid is not None:
+            self.groups.record_group(pod.pid)
+
     def untrack(self, pod: PodProcess) -> None:
         with self._lock:
             self._live.discard(pod)
+        if self.groups is not None and pod.pid is not None:
+            self.groups.forget_group(pod.pid)
 
     def sync(self, obj: dict[str, Any]) -> None:
         """A workload was stored: start it, or pass on its new spec (sizes and deadline; a Deployment's template)."""
