@@ -161,7 +161,8 @@ def test_a_row_changed_behind_the_triggers_is_found_naming_its_sequence(clean_le
             )
     finally:
         triggers.create(connection)
-    assert triggers.installed(connection) == (4 if connection.vendor == "postgresql" else 9) == triggers.expected(connection)
+    installed = triggers.installed(connection)
+    assert installed == triggers.expected(connection) == (4 if connection.vendor == "postgresql" else 9)
     result = ledger.verify(tenant_id=tenant_a.pk, tenant_slug=tenant_a.slug)
     assert not result.valid
     assert result.problems == [{"sequence": 2, "problem": "hash does not match the entry's fields"}]
@@ -189,7 +190,8 @@ def test_the_clean_ledger_fixture_empties_history_and_keeps_the_triggers(tenant_
     assert billing_rows() > 0
     clear_billing_history()
     assert billing_rows() == 0
-    assert triggers.installed(connection) == (4 if connection.vendor == "postgresql" else 9) == triggers.expected(connection)
+    installed = triggers.installed(connection)
+    assert installed == triggers.expected(connection) == (4 if connection.vendor == "postgresql" else 9)
     _append(tenant_a, 7)  # a new chain starts at 1
     assert LedgerEntry.all_tenants.get().sequence == 1
 
