@@ -77,8 +77,21 @@ def secret_from_env_or_file(env_name: str, file_name: str, *, production: bool) 
     if path.exists():
         return path.read_text().strip()
     alphabet = string.ascii_letters + string.digits
-    value = "".join(secrets.choice(alphabet) for _ in range(64))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    return write_once(path, "".join(secrets.choice(alphabet) for _ in range(64)) + "\n").strip()
+
+
+def write_once(path: Path, content: str) -> str:
+    """Create `path` (mode 0600) with `content` unless it exists, and return what it holds. Processes that start
+    together on a new data dir (`make worker` and `make beat`) all get the one that was written first, whole: it
+    appears by a hard link of a complete file, never half-written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
-    return value
+        fh.write(content)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        content = path.read_text()
+    finally:
+        tmp.unlink()
+    return content

@@ -13,9 +13,17 @@ import signal
 import sqlite3
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.conf import settings
+
+from apps.billing.models import UsageRecord
+from apps.cluster.backends import set_backend
+from apps.cluster.backends.local import LocalBackend
+from apps.jobs import services
+from apps.jobs.logs import job_logs
+from tests.factories import ACTOR
 
 from .restarts import (
     PYTHON,
@@ -123,3 +131,68 @@ def test_make_run_stopped_mid_job_by_sigterm_then_sigkill_resumes_the_job_from_i
     assert records == [(1,), (1,), (1,)], records  # one run per attempt, every one closed
     assert events.count("WorkloadLost") == 2 and events[-1] == "Succeeded", events
     assert gone([pid for pid, _step in runs], timeout=1)
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_celery_worker_stopped_by_sigterm_then_sigkill_mid_job_resumes_the_job_from_its_checkpoint(
+    tmp_path, tenant_a
+):
+    """The production profile with the local backend: a real worker and beat on the suite's PostgreSQL and Redis;
+    this process reads the job's logs as the web server does, from what the worker's node publishes."""
+    data = tmp_path / "var"
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL}
+    env.update(GRYVIA_DATA_DIR=str(data), GRYVIA_JOB_TTL_S="600", GRYVIA_BEAT_LOCK_TTL_S="3")
+    celery = [str(Path(PYTHON).parent / "celery"), "-A", "gryvia_site"]
+    worker_argv = [*celery, "worker", "--loglevel=info", "--concurrency=2"]
+    log = tmp_path / "worker.log"
+    spec = checkpointing_job("steps", retry_limit=2)["spec"]
+    job = services.job_create(actor=ACTOR, tenant=tenant_a, name="steps", spec=spec)
+    web = LocalBackend(data_dir=data, node=True)  # what the web server's get_backend() is: a reader of the node
+    set_backend(web)
+    namespace = tenant_a.namespace
+
+    def phase() -> str:
+        job.refresh_from_db()
+        return job.phase
+
+    beat = start([*celery, "beat", "--loglevel=info"], env=env, log=tmp_path / "beat.log")
+    worker = start(worker_argv, env=env, log=log)
+    try:
+        for sig, attempt in ((signal.SIGTERM, 1), (signal.SIGKILL, 2)):
+            wait_for(
+                f"attempt {attempt} past step {3 * attempt}",
+                lambda a=attempt: (
+                    len(attempts(data, namespace)) == a
+                    and latest_step(data, namespace) >= 3 * a
+                    and phase() == "Running"
+                ),
+                log=log,
+            )
+            if attempt == 1:  # the logs the worker's pod writes, read here as the web server reads them
+                assert "[0] starting at step 0\n" in job_logs(job)
+            pid = attempts(data, namespace)[-1][0]
+            stop(worker, sig)
+            assert gone([pid]), f"the job's process {pid} outlived the worker ({signal.Signals(sig).name})"
+            assert phase() == "Running"  # nobody has looked yet
+            worker = start(worker_argv, env=env, log=log)
+        wait_for("the job's end", lambda: phase() in ("Succeeded", "Failed"), timeout=90, log=log)
+        stop(worker, signal.SIGTERM)
+        stop(beat, signal.SIGTERM)
+        assert not processes_in(data), "a process of the installation outlived its worker"
+    finally:
+        kill_session(worker)
+        kill_session(beat)
+        set_backend(None)
+    assert (job.phase, job.attempts) == ("Succeeded", 3), job.message
+    runs = attempts(data, namespace)
+    assert runs[0][1] == 0 and all(step > 0 for _pid, step in runs[1:]), runs  # each attempt resumed
+    assert list(job.events.filter(reason="WorkloadLost").values_list("reason", flat=True)) == ["WorkloadLost"] * 2
+    records = UsageRecord.all_tenants.filter(job_pk=job.pk)
+    assert [r.final for r in records] == [True, True, True]

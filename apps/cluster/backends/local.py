@@ -107,10 +107,13 @@ class LocalBackend:
     def _count(self, verb: str) -> None:
         self.calls[verb] = self.calls.get(verb, 0) + 1
 
-    def _claim(self) -> None:
-        """Before a write: this process must be the installation's node (NodeBusyError names the one that is)."""
+    def claim(self) -> None:
+        """Become the installation's node now rather than at the first write (NodeBusyError names the one that is).
+        A backend that is not an installation's (`node=False`) runs its workloads without asking anyone."""
         if self._node is not None and not self._node.owned:
             self._node.claim(self._published_objects)
+
+    _claim = claim  # before every write
 
     def _published_objects(self) -> bytes:
         with self._cond:  # serialized under the lock: the supervisor's threads write the store meanwhile

@@ -2,7 +2,7 @@
 
 import os
 
-from ..env import env_int, env_str
+from ..env import env_int, env_str, write_once
 from .core import DATA_DIR, GRYVIA_PORT, PRODUCTION
 
 # Where people reach Gryvia: used in links handed to them (the device flow's verification address).
@@ -29,10 +29,7 @@ def _oidc_private_key() -> str:
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(pem)
-    return pem
+    return write_once(path, pem)
 
 
 OAUTH2_PROVIDER = {

@@ -1,7 +1,8 @@
 """Serve Gryvia with uvicorn (ASGI). Without REDIS_URL the embedded ticker runs reconcilers in this process.
 
 Ctrl-C or SIGTERM stops the server and the ticker, and closes the cluster backend (which, for the local backend,
-ends the workload processes it runs once the jobs issue lands).
+ends the workload processes it runs: the job reconciler runs those jobs again from their checkpoints at the next
+start).
 """
 
 import logging
@@ -9,9 +10,10 @@ import signal
 
 import uvicorn
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from apps.cluster.backends import set_backend
+from apps.cluster.backends import claim_local_node, set_backend
+from apps.cluster.backends.local_node import NodeBusyError
 from apps.core.heap import freeze_startup_heap
 from apps.core.periodic import Ticker
 from apps.llm.gateway.meter import meter
@@ -33,6 +35,10 @@ class Command(BaseCommand):
         freeze_startup_heap()
         ticker = None if settings.REDIS_URL else Ticker()
         if ticker is not None:
+            try:  # this process runs the local backend's workloads: refused at once if another one does
+                claim_local_node()
+            except NodeBusyError as exc:
+                raise CommandError(str(exc)) from None
             ticker.start()
         else:
             self.stdout.write(
