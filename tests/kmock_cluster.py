@@ -123,6 +123,16 @@ class KmockCluster:
 
         self.call(store)
 
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The API server down while in the block: every request's connection is closed unanswered (clients see
+        a closed connection; nothing is recorded); the stored objects stay, as in etcd."""
+        self.call(lambda: setattr(self.emulator, "down", True))
+        try:
+            yield
+        finally:
+            self.call(lambda: setattr(self.emulator, "down", False))
+
     def write_status(self, kind: Any, name: str, namespace: str | None, status: dict[str, Any]) -> dict[str, Any]:
         """Play the object's controller: a merge PATCH of its `/status` over HTTP, as the Job or StatefulSet
         controller writes status (a recorded request, a watch event, a new `resourceVersion`). Returns the object."""

@@ -11,6 +11,10 @@ kmock 0.8's KubernetesEmulator is an in-memory object store behind HTTP. `Gryvia
   time but omits now are removed; fields others wrote (status, labels set by other clients) stay. A
   `metadata.resourceVersion` in any PATCH is a precondition: 409 when it is not the stored one (or the object is
   gone). Other PATCH types stay kmock's recursive JSON merge.
+* Deleting an object deletes its dependents (objects whose `ownerReferences` name its uid) unless the propagation
+  policy is `Orphan`, as the garbage collector does; a write to `/status` changes the status alone, with a new
+  `resourceVersion`; with `require_namespaces`, a write into a missing namespace is a 404 naming it; `down` (see
+  KmockCluster.outage) closes every connection unanswered.
 * Server-set metadata on create: `namespace` from the URL (kmock's watch needs it), `uid`, `creationTimestamp`,
   `generateName`, and a cluster-wide `resourceVersion` bumped on every write.
 * LIST and WATCH filter by `labelSelector` (equality-based) and `fieldSelector` (dotted paths); lists return
@@ -151,6 +155,7 @@ class GryviaEmulator(kmock.KubernetesEmulator):
 
     honor_watch_timeout: bool = True
     require_namespaces: bool = False
+    down: bool = attrs.field(default=False, init=False)  # see KmockCluster.outage()
     _revision: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     # (resource, namespace, name, field manager) -> the fields that manager's last apply set
     _applied: dict[tuple[Any, str | None, str | None, str], set[tuple[str, ...]]] = attrs.field(
@@ -172,6 +177,10 @@ class GryviaEmulator(kmock.KubernetesEmulator):
     # -- Namespaces: parse the paths kmock cannot ----------------------------------------------------------------
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if self.down:  # an API server that is down: the connection closes with no answer
+            if raw_request.transport is not None:
+                raw_request.transport.abort()
+            return aiohttp.web.Response(status=503)  # never sent: the connection is gone
         match = _NAMESPACE_PATH.fullmatch(raw_request.path)
         if match is None:
             return await super().__call__(raw_request)
@@ -233,10 +242,13 @@ class GryviaEmulator(kmock.KubernetesEmulator):
             if prepared is not request:  # kmock matches reactions by the identity of recorded requests
                 index = next(i for i in range(len(self._requests) - 1, -1, -1) if self._requests[i] is request)
                 self._requests[index] = request = prepared
+        deleting = self._stored(request) if request.action == kmock.action.DELETE and request.name else None
         response = await super()._handle(request)
         if request.action == kmock.action.DELETE and response.status < 300:
             for key in [k for k in self._applied if k[:3] == (request.resource, request.namespace, request.name)]:
                 del self._applied[key]
+            if deleting is not None and (request.data or {}).get("propagationPolicy") != "Orphan":
+                await self._collect_dependents(deleting)
         if request.resource == NAMESPACES and request.action == kmock.action.DELETE and response.status < 300:
             await self._cascade_namespace_delete(request.name)
         return response
@@ -314,6 +326,19 @@ class GryviaEmulator(kmock.KubernetesEmulator):
         data = {"status": copy.deepcopy(request.data.get("status") or {})}
         data["metadata"] = {"resourceVersion": self._next_revision()}
         return attrs.evolve(request, data=data)
+
+    async def _collect_dependents(self, owner: dict[str, Any]) -> None:
+        """The garbage collector: objects whose ownerReferences name a deleted owner's uid go too (at once here)."""
+        uid = (owner.get("metadata") or {}).get("uid")
+        async with self._lock:
+            for (resource, _ns, _name), obj in list(self.objects.items()):
+                if obj.deleted:
+                    continue
+                refs = (obj.last.raw.get("metadata") or {}).get("ownerReferences") or []
+                if uid and any(ref.get("uid") == uid for ref in refs):
+                    raw = obj.last.raw
+                    obj.delete()
+                    await self._buses[resource].put({"type": "DELETED", "object": raw})
 
     async def _cascade_namespace_delete(self, namespace: str | None) -> None:
         async with self._lock:
