@@ -81,8 +81,9 @@ def text_tokens(value: Any) -> int:
     return 0
 
 
-def prompt_tokens(body: dict[str, Any]) -> int:
-    """The prompt tokens that usage and /tokenize report: a chat's message texts count as one text."""
+def prompt_tokens(body: dict[str, Any], chat_framing: int = 0) -> int:
+    """The prompt tokens that usage and /tokenize report: a chat's message texts count as one text, plus
+    `chat_framing` tokens per message and as many again for the assistant primer (a chat template's markers)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return text_tokens(body.get("prompt", body.get("input", "")))
@@ -93,7 +94,7 @@ def prompt_tokens(body: dict[str, Any]) -> int:
             size += len(content.encode())
         elif isinstance(content, list):
             size += sum(len(p["text"].encode()) for p in content if isinstance(p, dict) and "text" in p)
-    return max(1, size // 4)
+    return max(1, size // 4) + chat_framing * (len(messages) + 1)
 
 
 class RecordedRequest(NamedTuple):
@@ -119,6 +120,7 @@ class Knobs:
     model_ids: tuple[str, ...] = DEFAULT_MODELS  # others get 404 model_not_found
     dimensions: int = 384  # embedding size when the request sets no `dimensions`
     max_model_len: int = 4096  # reported by /tokenize
+    chat_framing: int = 0  # prompt tokens a chat template adds per message and for the primer (Gemma's: 5)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_ids", tuple(self.model_ids))
@@ -165,7 +167,7 @@ def completion(body: dict[str, Any], prep: Prepared, *, chat: bool, seq: Iterato
     finish = "length" if tokens < knobs.chunks else "stop"
     usage = None
     if knobs.send_usage:
-        prompt = prompt_tokens(body)
+        prompt = prompt_tokens(body, knobs.chat_framing)
         usage = {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{knobs.name}-{next(seq)}"
     model = body["model"]
@@ -219,6 +221,6 @@ def tokenize(body: dict[str, Any], prep: Prepared) -> tuple[int, bytes]:
         return error
     if not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
         return error_reply(400, "send prompt (a string) or messages (a list)", param="prompt")
-    count = prompt_tokens(body)
+    count = prompt_tokens(body, prep.knobs.chat_framing)
     payload = {"count": count, "max_model_len": prep.knobs.max_model_len, "tokens": list(range(count))}
     return 200, dumps(payload).encode()

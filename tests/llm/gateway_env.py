@@ -1,17 +1,25 @@
 """A running Gryvia for the gateway's tests: the site's real ASGI application under uvicorn on loopback, in a thread
-of the test process (so it shares the test database), with the stand-in upstream (benchmarks.upstream) behind it."""
+of the test process (so it shares the test database), with the stand-in upstream (benchmarks.upstream) behind it;
+or, for the production profile's replicas, `manage.py serve` processes on the test database and Redis."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
 import uvicorn
 from django.conf import settings
+from django.db import connection
 
 from apps.llm import services as llm_services
 from apps.llm.gateway import keys, quota, routes
@@ -59,6 +67,62 @@ class ServerThread:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+
+class ServerProcess:
+    """`manage.py serve` in a process of its own, on the test database and Redis (production profile replicas)."""
+
+    ROOT = Path(__file__).resolve().parents[2]
+
+    def __init__(self, **env: str) -> None:
+        database = connection.settings_dict
+        url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "REDIS_URL": settings.REDIS_URL,
+            "GRYVIA_LLM_METER_FLUSH_S": "0.2",
+            "GRYVIA_LLM_CACHE_TTL_S": "0.5",
+            **env,
+        }
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=self.ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def wait_up(self, timeout: float = 60) -> ServerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited: {self.proc.stderr.read().decode()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"the server did not start within {timeout:g} s")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no last flush."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 def clear_counters() -> None:

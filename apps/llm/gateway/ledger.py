@@ -1,6 +1,7 @@
 """What one gateway request holds and what it used (`Ledger`), settled once however the request ends: the
-quota reservation adjusted to the usage (the upstream's, else estimated), one usage row queued for the meter, and
-the request's metrics."""
+quota reservation adjusted to the usage (the upstream's, else estimated) and, in Redis, the usage row made durable
+in the same call; one usage row queued for the meter, and the request's metrics. The relays wait for the settlement
+before the answer's last byte, so an answered request's usage outlives its process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import keys, metrics, routes, tokens
 from .meter import meter
@@ -39,52 +41,70 @@ class Ledger:
     request_id: str
     scopes: list[Scope] = field(default_factory=list)
     reserved: int = 0
+    prompt_reserved: int = 0  # the prompt's part of `reserved` (its bound, or its exact count)
     service: str = ""
     upstream: routes.Upstream | None = None
     ttft: float | None = None
-    settled: bool = False
+    settling: asyncio.Task | None = None
 
-    def settle(self, status: int, usage: Usage, seen_text: str = "", seen_chunks: int = 0) -> None:
-        """Settle the reservation and meter the request (in a task of its own: a cancelled request still does)."""
-        if self.settled:
-            return
-        self.settled = True
-        task = asyncio.get_running_loop().create_task(self._settle(status, usage, seen_text, seen_chunks))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+    def record(self) -> dict[str, Any]:
+        """The reservation's record (shared_counters.py): enough for the settlement pass to write the request's
+        usage row, estimated, if this process dies before it settles."""
+        return {
+            **self._identity(),
+            "input_tokens": self.call.prompt_estimate,
+            "reserved": self.reserved,
+            "output_allowed": self.reserved - self.prompt_reserved,
+        }
+
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "tenant_id": self.key.tenant_id,
+            "key_id": self.key.key_id,
+            "key_pk": self.key.pk,
+            "model": self.call.model[:100],
+            "service": self.service,
+            "endpoint": self.call.endpoint,
+            "stream": self.call.stream,
+            "created_at": self.created_at,
+        }
+
+    def settle(self, status: int, usage: Usage, seen_text: str = "", seen_chunks: int = 0) -> asyncio.Task:
+        """Settle the reservation and meter the request, once, in a task of its own (a cancelled request still
+        settles); a relay that awaits it (shielded) knows the usage is durable."""
+        if self.settling is None:
+            task = asyncio.get_running_loop().create_task(self._settle(status, usage, seen_text, seen_chunks))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+            self.settling = task
+        return self.settling
 
     async def _settle(self, status: int, usage: Usage, seen_text: str, seen_chunks: int) -> None:
         call, estimated = self.call, False
+        latency = time.monotonic() - self.started
         try:
             if not usage.exact and status in (200, CLIENT_CLOSED):
                 estimated = True
                 usage = await self._estimate(seen_text, seen_chunks)
-            used = usage.input_tokens + usage.output_tokens
-            if self.scopes:
-                await counters().adjust([s.key for s in self.scopes], [used - self.reserved] * len(self.scopes))
+        except Exception:
+            logger.exception("gateway: estimating the usage of request %s failed", self.request_id)
+        row = {
+            **self._identity(),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "estimated": estimated,
+            "status": status,
+            "latency_ms": round(latency * 1000, 3),
+            "ttft_ms": None if self.ttft is None else round((self.ttft - self.started) * 1000, 3),
+            "scopes": [s.entry() for s in self.scopes],
+        }
+        try:
+            await counters().settle(self.scopes, usage.input_tokens + usage.output_tokens, self.reserved, row)
         except Exception:
             logger.exception("gateway: settling request %s failed", self.request_id)
-        tenant, model = self.key.tenant_slug, call.model[:100]
-        latency = time.monotonic() - self.started
-        meter.record(
-            {
-                "request_id": self.request_id,
-                "tenant_id": self.key.tenant_id,
-                "key_id": self.key.key_id,
-                "key_pk": self.key.pk,
-                "model": model,
-                "service": self.service,
-                "endpoint": call.endpoint,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "estimated": estimated,
-                "stream": call.stream,
-                "status": status,
-                "latency_ms": round(latency * 1000, 3),
-                "ttft_ms": None if self.ttft is None else round((self.ttft - self.started) * 1000, 3),
-                "created_at": self.created_at,
-            }
-        )
+        meter.record(row)
+        tenant, model = self.key.tenant_slug, row["model"]
         metrics.REQUESTS.labels(model, tenant, call.endpoint, str(status)).inc()
         if usage.input_tokens:
             metrics.TOKENS.labels(model, tenant, "input").inc(usage.input_tokens)

@@ -1,34 +1,22 @@
 """Which counters a request counts against, from its key: the tenant's and the key's tokens per UTC day, the key's
 tokens and requests per minute. Only scopes with a limit are counted (an unlimited tenant costs no counter); a day
-counter that does not exist yet starts from that day's metered usage."""
+counter that does not exist is rebuilt from that day's metered usage (and, in Redis, the open reservations)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 
-from django.db.models import Sum
-
-from apps.llm.models import LlmUsageHourly
-
-from .db import off_loop
 from .keys import KeyInfo
-from .quota import Scope, day_key, minute_key
+from .quota import Scope, Seed, day_key, minute_key
+from .recovery import durable_usage
 
 TOKENS_PER_DAY, TOKENS_PER_MINUTE, REQUESTS_PER_MINUTE = "tokens_per_day", "tokens_per_minute", "requests_per_minute"
 
 
-@off_loop
-def _metered_today(day_start: dt.datetime, tenant_id: int, key_id: str | None) -> int:
-    rows = LlmUsageHourly.objects.filter(tenant_id=tenant_id, hour__gte=day_start)
-    if key_id is not None:
-        rows = rows.filter(key_id=key_id)
-    totals = rows.aggregate(i=Sum("input_tokens"), o=Sum("output_tokens"))
-    return (totals["i"] or 0) + (totals["o"] or 0)
-
-
-def _seed(day_start: dt.datetime, tenant_id: int, key_id: str | None):
-    async def seed() -> int:
-        return await _metered_today(day_start, tenant_id, key_id)
+def _seed(day_start: dt.datetime, tenant_id: int, key_id: str | None) -> Seed:
+    async def seed(request_ids: Collection[str]) -> tuple[int, set[str]]:
+        return await durable_usage(day_start, tenant_id, key_id, request_ids)
 
     return seed
 

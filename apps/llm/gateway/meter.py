@@ -4,7 +4,9 @@ A request's row is queued in memory when the request ends (however it ends); the
 every `GRYVIA_LLM_METER_FLUSH_S` (default 1 s) and at shutdown: the rows in one INSERT, the hourly roll-ups
 (tenant, key, model, hour) in one upsert, and the keys' `last_used_at` at most once a minute each. A batch that
 fails to write is kept and retried with the next one (rows carry their request id, which is unique: a retried
-batch cannot count twice).
+batch cannot count twice). In the production profile each row is also in Redis from before the answer's last byte
+(shared_counters.py), so a process killed before its flush loses none: the settlement pass writes them. Once a batch
+is committed, those records are forgotten.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class Meter:
         if not batch:
             return 0
         try:
-            self._write(batch)
+            write_rows(batch)
+            self._touch_keys(batch)
         except Exception:
             logger.exception("metering: could not write %d usage rows; retrying with the next batch", len(batch))
             with self._lock:
@@ -87,25 +90,13 @@ class Meter:
             connection.close()
             return 0
         self.written += len(batch)
-        return len(batch)
+        try:
+            from .quota import counters
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
-        fields = {f.attname for f in LlmUsage._meta.concrete_fields} - {"id"}
-        rows = [{k: v for k, v in row.items() if k in fields} for row in batch]
-        with transaction.atomic():
-            try:
-                with transaction.atomic():
-                    bulk_insert(LlmUsage, rows)
-            except IntegrityError:  # a batch retried after a write whose reply was lost: keep only the new rows
-                seen = set(
-                    LlmUsage.objects.filter(request_id__in=[r["request_id"] for r in rows]).values_list(
-                        "request_id", flat=True
-                    )
-                )
-                rows = [r for r in rows if r["request_id"] not in seen]
-                bulk_insert(LlmUsage, rows)
-            _roll_up(rows)
-        self._touch_keys(batch)
+            counters().forget(batch)
+        except Exception:  # the records stay in Redis; written again (once) only if this process dies
+            logger.warning("metering: could not forget %d written rows' records in Redis", len(batch), exc_info=True)
+        return len(batch)
 
     def _touch_keys(self, batch: list[dict[str, Any]]) -> None:
         now = dt.datetime.now(dt.UTC)
@@ -120,6 +111,26 @@ class Meter:
 
 
 _MINUTE = dt.timedelta(minutes=1)
+
+
+def write_rows(batch: list[dict[str, Any]]) -> None:
+    """Insert the usage rows and add them to the hourly roll-ups, in one transaction; rows whose request id is
+    written already are skipped (a batch retried after a write whose reply was lost, a dead process's rows)."""
+    fields = {f.attname for f in LlmUsage._meta.concrete_fields} - {"id"}
+    rows = [{k: v for k, v in row.items() if k in fields} for row in batch]
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                bulk_insert(LlmUsage, rows)
+        except IntegrityError:
+            seen = set(
+                LlmUsage.objects.filter(request_id__in=[r["request_id"] for r in rows]).values_list(
+                    "request_id", flat=True
+                )
+            )
+            rows = [r for r in rows if r["request_id"] not in seen]
+            bulk_insert(LlmUsage, rows)
+        _roll_up(rows)
 
 
 def _roll_up(rows: list[dict[str, Any]]) -> None:

@@ -13,6 +13,7 @@ relay.py relays the answer and ledger.py settles and meters.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 import uuid
@@ -20,13 +21,13 @@ import uuid
 import httpx
 from django.http import HttpResponse
 
-from . import keys, limits, metrics, routes
+from . import keys, limits, metrics, routes, tokens
 from .errors import GatewayError
 from .ledger import CLIENT_CLOSED, Ledger, Usage
-from .quota import Refused, counters
+from .quota import Refused, Scope, counters
 from .relay import relay_error, relay_stream, relay_whole
 from .request import EMBEDDINGS, Call, parse
-from .upstream import connect, read_body
+from .upstream import client, connect, read_body, request_headers
 
 
 def _refused(exc: Refused) -> GatewayError:
@@ -84,23 +85,57 @@ async def _routes(key: keys.KeyInfo, call: Call) -> list[list[routes.Upstream]]:
 
 
 async def _reserve(ledger: Ledger, groups: list[list[routes.Upstream]], now: dt.datetime) -> None:
+    """Reserve the request's most possible use: the prompt's bound plus its output allowance. At the quota's edge,
+    where the bound alone is refused, the runtimes' tokenizers count the prompt exactly and that is tried once."""
     key, call = ledger.key, ledger.call
     token_scopes = limits.token_scopes(key, now)
     rate = limits.request_scope(key, now)
     if not token_scopes and rate is None:
         return
     context = min((u.context_length for g in groups for u in g if u.context_length), default=None)
-    amount = call.reserve_for(context)
+    try:
+        await _reserve_amount(ledger, token_scopes, rate, call.prompt_bound, context)
+    except Refused as exc:
+        exact = await _exact_prompt(call, groups) if exc.scope.kind != limits.REQUESTS_PER_MINUTE else None
+        if exact is None or exact >= call.prompt_bound:
+            raise _rejected(key, exc) from None
+        try:
+            await _reserve_amount(ledger, token_scopes, rate, exact, context)
+        except Refused as again:
+            raise _rejected(key, again) from None
+
+
+async def _reserve_amount(
+    ledger: Ledger, token_scopes: list[Scope], rate: Scope | None, prompt: int, context: int | None
+) -> None:
+    amount = ledger.call.reserve_for(context, prompt)
     scopes, amounts = list(token_scopes), [amount] * len(token_scopes)
     if rate is not None:
         scopes.append(rate)
         amounts.append(1)
-    try:
-        await counters().reserve(scopes, amounts)
-    except Refused as exc:
-        metrics.QUOTA_REJECTIONS.labels(key.tenant_slug, exc.scope.kind).inc()
-        raise _refused(exc) from None
-    ledger.scopes, ledger.reserved = token_scopes, amount
+    ledger.reserved, ledger.prompt_reserved = amount, prompt
+    await counters().reserve(scopes, amounts, ledger.record())
+    ledger.scopes = token_scopes
+
+
+def _rejected(key: keys.KeyInfo, exc: Refused) -> GatewayError:
+    metrics.QUOTA_REJECTIONS.labels(key.tenant_slug, exc.scope.kind).inc()
+    return _refused(exc)
+
+
+async def _exact_prompt(call: Call, groups: list[list[routes.Upstream]]) -> int | None:
+    """The prompt's tokens as the runtimes that may serve it count them (the most of them), or None when one of
+    them has no tokenizer endpoint that can count it."""
+    candidates = {(u.tokenize_url, u.upstream_model): u for group in groups for u in group}
+    if not candidates or any(url is None for url, _ in candidates):
+        return None
+    counts = await asyncio.gather(
+        *(
+            tokens.exact_prompt(client(), url, model, call.body, call.endpoint, request_headers(u))
+            for (url, model), u in candidates.items()
+        )
+    )
+    return None if any(c is None for c in counts) else max(counts)
 
 
 async def _forward(ledger: Ledger, groups: list[list[routes.Upstream]]) -> HttpResponse:

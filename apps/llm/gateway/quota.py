@@ -1,24 +1,27 @@
 """Token quotas and rate limits: one shared counter per scope, reserved before a request and settled after it.
 
 Scopes: the tenant's and the key's tokens per UTC day, the key's tokens per minute and requests per minute. A
-request reserves its estimate (prompt + `max_tokens` or the default) in every token scope at once, atomically, or
-is refused naming the first scope it would overrun; when it ends (stream end, error, or the client hanging up) the
-reservation is settled to the real usage, so each counter ends exact. Counters live in Redis (one Lua script:
-every replica shares them) or, without REDIS_URL, in this process (the embedded profile has one). A day counter
-that does not exist yet starts from the day's metered usage in the database, so a restart loses nothing.
+request reserves its most possible use (the prompt's bound + `max_tokens` or the default) in every token scope at
+once, atomically, or is refused naming the first scope it would overrun; when it ends (stream end, error, or the
+client hanging up) the reservation is settled to the real usage, so each counter ends exact. Counters live in Redis
+(shared_counters.py: every replica shares them, with a durable record of each open reservation) or, without
+REDIS_URL, in this process (the embedded profile has one). A day counter that does not exist is rebuilt from the
+day's metered usage in the database plus the open reservations, never re-created by a settlement.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
 PREFIX = "gryvia:llm:"
+# The day's durable usage in the database for a scope, and which of the given request ids it already includes.
+Seed = Callable[[Collection[str]], Awaitable[tuple[int, set[str]]]]
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,17 @@ class Scope:
     limit: int | None  # None: counted, never refused
     label: str  # "tokens per day of tenant acme"
     resets_at: dt.datetime
-    seed: Callable[[], Awaitable[int]] | None = None  # the starting value when the counter does not exist yet
+    seed: Seed | None = None  # how to rebuild the counter when it does not exist (day scopes)
     kind: str = "tokens_per_day"  # tokens_per_day, tokens_per_minute or requests_per_minute
+
+    @property
+    def open_key(self) -> str | None:
+        """Where the open reservations of a rebuildable counter are listed (request id -> tokens counted)."""
+        return f"{PREFIX}open:{self.key}" if self.seed is not None else None
+
+    def entry(self) -> list[Any]:
+        """As a request's record keeps it: counter, open list ("" for none), when its window ends (epoch s)."""
+        return [self.key, self.open_key or "", self.resets_at.timestamp()]
 
     @property
     def ttl_s(self) -> int:
@@ -43,82 +55,17 @@ class Refused(Exception):
         self.scope, self.used, self.asked = scope, used, asked
 
 
-_RESERVE = """
-local n = #KEYS
-for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
-  if not v then
-    if ARGV[3 * n + i] == '1' then return {-1, i, 0} end
-    v = '0'
-  end
-  local limit = tonumber(ARGV[i])
-  if limit >= 0 and tonumber(v) + tonumber(ARGV[n + i]) > limit then return {0, i, tonumber(v)} end
-end
-for i = 1, n do
-  redis.call('INCRBY', KEYS[i], ARGV[n + i])
-  redis.call('EXPIRE', KEYS[i], ARGV[2 * n + i])
-end
-return {1, 0, 0}
-"""
-
-
-class RedisCounters:
-    """Counters in Redis: every server process and replica shares them."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._clients: dict[int, object] = {}
-
-    def _client(self):
-        import redis.asyncio as aioredis
-
-        loop = id(asyncio.get_running_loop())
-        client = self._clients.get(loop)
-        if client is None:
-            client = aioredis.from_url(self.url, decode_responses=True)
-            client.gryvia_reserve = client.register_script(_RESERVE)
-            self._clients[loop] = client
-        return client
-
-    async def reserve(self, scopes: list[Scope], amounts: list[int]) -> None:
-        client = self._client()
-        keys = [s.key for s in scopes]
-        while True:
-            args = [-1 if s.limit is None else s.limit for s in scopes]
-            args += amounts + [s.ttl_s for s in scopes] + ["1" if s.seed else "0" for s in scopes]
-            status, index, used = await client.gryvia_reserve(keys=keys, args=args)
-            if status == 1:
-                return
-            scope = scopes[index - 1]
-            if status == 0:
-                raise Refused(scope, int(used), amounts[index - 1])
-            start = await scope.seed()  # the day's first request here: start from what was metered
-            await client.set(scope.key, start, nx=True, ex=scope.ttl_s)
-
-    async def adjust(self, keys: list[str], deltas: list[int]) -> None:
-        client = self._client()
-        async with client.pipeline(transaction=False) as pipe:
-            for key, delta in zip(keys, deltas, strict=True):
-                if delta:
-                    pipe.incrby(key, delta)
-            await pipe.execute()
-
-    async def value(self, key: str) -> int | None:
-        raw = await self._client().get(key)
-        return None if raw is None else int(raw)
-
-
 class MemoryCounters:
-    """Counters in this process (the embedded profile: one server process)."""
+    """Counters in this process (the embedded profile: one server process, whose reservations die with it)."""
 
     def __init__(self) -> None:
         self._values: dict[str, tuple[int, dt.datetime]] = {}
         self._lock = threading.Lock()
 
-    async def reserve(self, scopes: list[Scope], amounts: list[int]) -> None:
+    async def reserve(self, scopes: list[Scope], amounts: list[int], record: dict[str, Any] | None = None) -> None:
         for scope in scopes:
             if scope.seed is not None and self._get(scope.key) is None:
-                start = await scope.seed()
+                start, _ = await scope.seed(())
                 with self._lock:
                     self._values.setdefault(scope.key, (start, scope.resets_at))
         with self._lock:
@@ -132,12 +79,16 @@ class MemoryCounters:
                 now = dt.datetime.now(dt.UTC)
                 self._values = {k: v for k, v in self._values.items() if v[1] > now}
 
-    async def adjust(self, keys: list[str], deltas: list[int]) -> None:
+    async def settle(self, scopes: list[Scope], used: int, reserved: int, row: dict[str, Any]) -> None:
+        """Move the reservation to the usage; a counter that is gone (its window ended) is not re-created."""
         with self._lock:
-            for key, delta in zip(keys, deltas, strict=True):
-                if key in self._values:
-                    value, resets = self._values[key]
-                    self._values[key] = (value + delta, resets)
+            for scope in scopes:
+                if scope.key in self._values:
+                    value, resets = self._values[scope.key]
+                    self._values[scope.key] = (value + used - reserved, resets)
+
+    def forget(self, rows: list[dict[str, Any]]) -> None:
+        """Nothing to forget: this process holds no record beyond the meter's queue."""
 
     async def value(self, key: str) -> int | None:
         return self._get(key)
@@ -149,19 +100,27 @@ class MemoryCounters:
         return found[0]
 
 
-_counters: RedisCounters | MemoryCounters | None = None
+_counters: Any = None
 
 
-def counters() -> RedisCounters | MemoryCounters:
+def counters():
+    """The counters of this profile: RedisCounters (shared_counters.py) with REDIS_URL, else MemoryCounters."""
     global _counters
     if _counters is None:
-        _counters = RedisCounters(settings.REDIS_URL) if settings.REDIS_URL else MemoryCounters()
+        if settings.REDIS_URL:
+            from .shared_counters import RedisCounters
+
+            _counters = RedisCounters(settings.REDIS_URL)
+        else:
+            _counters = MemoryCounters()
     return _counters
 
 
 def reset() -> None:
     """Forget the counters object (tests that switch profiles)."""
     global _counters
+    if _counters is not None and hasattr(_counters, "close"):
+        _counters.close()
     _counters = None
 
 

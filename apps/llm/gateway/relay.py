@@ -1,6 +1,7 @@
 """Relaying the upstream's answer to the client: a whole JSON reply, a server-sent event stream (the usage chunk
 only when the client asked for it), or the upstream's error in OpenAI's envelope; each settles the request's ledger
-with the usage it saw."""
+with the usage it saw. An answer's settlement is awaited before its body (or its stream's last event) is sent: a
+client that has the whole answer has its usage durable (shared_counters.py)."""
 
 from __future__ import annotations
 
@@ -76,9 +77,9 @@ async def relay_whole(ledger: Ledger, response: httpx.Response) -> HttpResponse:
         ) from None
     usage = _usage_of(data)
     if usage is not None:
-        ledger.settle(status, usage)
+        await asyncio.shield(ledger.settle(status, usage))
     else:
-        ledger.settle(status, Usage(), seen_text=_output_text(data))
+        await asyncio.shield(ledger.settle(status, Usage(), seen_text=_output_text(data)))
     reply = HttpResponse(content, status=status, content_type="application/json")
     reply["X-Request-Id"] = ledger.request_id
     return reply
@@ -119,8 +120,9 @@ async def _relay(ledger: Ledger, response: httpx.Response) -> AsyncIterator[byte
             if out:
                 if ledger.ttft is None:
                     ledger.ttft = time.monotonic()
-                if done:  # all sent: a client that hangs up now (as clients do on [DONE]) got the whole answer
+                if done:  # a client that hangs up after [DONE] (as clients do) got the whole answer: settle first
                     status = 200
+                    await asyncio.shield(_finish(ledger, status, usage, seen, chunks))
                 yield b"".join(out)
             if done:
                 break  # some servers keep the connection a while after [DONE]; nothing after it counts
@@ -139,12 +141,15 @@ async def _relay(ledger: Ledger, response: httpx.Response) -> AsyncIterator[byte
         metrics.UPSTREAM_ERRORS.labels(call.model, upstream.service, "protocol").inc()
         yield _error_event(GatewayError(502, f"upstream {upstream.service} broke off: {exc}", code="bad_gateway"))
     finally:
-        text = "".join(seen)
-        if usage is not None and status == 200:
-            ledger.settle(200, usage)
-        else:
-            ledger.settle(status, Usage(), seen_text=text, seen_chunks=chunks)
+        _finish(ledger, status, usage, seen, chunks)
         await asyncio.shield(response.aclose())
+
+
+def _finish(ledger: Ledger, status: int, usage: Usage | None, seen: list[str], chunks: int) -> asyncio.Task:
+    """Settle a stream with the upstream's usage when it ended well and reported one, else an estimate."""
+    if usage is not None and status == 200:
+        return ledger.settle(200, usage)
+    return ledger.settle(status, Usage(), seen_text="".join(seen), seen_chunks=chunks)
 
 
 def _error_event(exc: GatewayError) -> bytes:

@@ -27,20 +27,24 @@ class Call:
     model: str
     stream: bool
     wants_usage: bool  # a streaming client that asked for the usage chunk
-    prompt_estimate: int
+    prompt_estimate: int  # for metering, when the upstream reports no usage
+    prompt_bound: int  # for the reservation: never below the upstream's count
     max_output: int | None  # what the client allows for the output (None: the default applies)
     n: int
+    prompts: int = 1  # a completions prompt list: each prompt gets its own n outputs
 
-    def reserve_for(self, context_length: int | None) -> int:
-        """Tokens to reserve: the prompt estimate plus the most output the request may produce."""
+    def reserve_for(self, context_length: int | None, prompt: int | None = None) -> int:
+        """Tokens to reserve: the prompt's bound (or its exact count, `prompt`) plus the most output the request
+        may produce."""
+        prompt = self.prompt_bound if prompt is None else prompt
         if self.endpoint == EMBEDDINGS:
-            return self.prompt_estimate
+            return prompt
         output = self.max_output
         if output is None:
             output = settings.GRYVIA_LLM_DEFAULT_MAX_TOKENS
-            if context_length:
-                output = max(min(output, context_length - self.prompt_estimate), 1)
-        return self.prompt_estimate + output * self.n
+            if context_length:  # prompt and output share the context: its length bounds them both
+                output = max(min(output, context_length - prompt), 1)
+        return prompt + output * self.n * self.prompts
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> GatewayError:
@@ -102,6 +106,8 @@ def parse(raw: bytes, endpoint: str) -> Call:
         stream=stream,
         wants_usage=bool(stream and options and options.get("include_usage")),
         prompt_estimate=tokens.prompt_estimate(body, endpoint),
+        prompt_bound=tokens.prompt_bound(body, endpoint),
         max_output=max_output,
         n=n,
+        prompts=tokens.prompts(body, endpoint),
     )

@@ -31,6 +31,7 @@ GRYVIA_PERIODIC = {
     "deliver-webhooks": ("apps.webhooks.delivery.deliver_webhooks", 2.0),
     "refresh-usage": ("apps.billing.tasks.refresh_usage", 60.0),
     "evaluate-budgets": ("apps.billing.tasks.evaluate_budgets", 60.0),
+    "settle-llm-reservations": ("apps.llm.gateway.recovery.settle_dead_replicas", 5.0),
 }
 
 CELERY_BEAT_SCHEDULE = {
