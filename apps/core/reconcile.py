@@ -207,6 +207,7 @@ class OwnerReconciler(ABC, Generic[Owner]):
         return stats
 
     def _pass(self, stats: ReconcileStats, started: float) -> None:
+        self.namespaces_made = {}
         observed: dict[str | None, dict[str, dict[str, Any]]] = {}
         extra: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
         try:

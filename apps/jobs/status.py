@@ -76,7 +76,8 @@ def from_batch_job(workload: dict[str, Any], pods: list[dict[str, Any]], *, was_
         cond = conditions["Failed"]
         out.phase = JobPhase.FAILED
         out.reason = cond.get("reason") or "Failed"
-        out.message = " ".join(filter(None, [f"{out.reason}:", cond.get("message"), _attempts(failed, spec)]))
+        said = " ".join(filter(None, [cond.get("message"), _attempts(failed, spec)]))
+        out.message = f"{out.reason}: {said}" if said else out.reason
         out.completion_time = cond.get("lastTransitionTime")
     elif status.get("ready") or status.get("active") or status.get("succeeded") or was_running:
         out.phase = JobPhase.RUNNING
