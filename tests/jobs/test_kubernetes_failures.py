@@ -162,8 +162,9 @@ def test_the_cluster_emptied_namespaces_first_then_the_jobs(cluster, kube, tenan
 
 
 def test_the_api_server_down_changes_nothing_and_the_jobs_carry_on(cluster, kube, tenant_a):
-    """While every call fails, each pass stops at its first LIST: no job is marked lost, no status, event or usage
-    changes. After, the jobs go on from where they were; the one whose timeout ran out meanwhile fails at once."""
+    """The API server down for 30 s, as the issue tried it. While every call fails, each pass stops at its first
+    LIST: no job is marked lost, no status, event or usage changes. After, the jobs go on from where they were; the
+    one whose timeout ran out meanwhile fails at once."""
     steady = running(cluster, kube, tenant_a, "steady", retryLimit=1)
     late = running(cluster, kube, tenant_a, "late", timeout="60s")
     waiting = make_job(tenant_a, "waiting")
@@ -174,12 +175,12 @@ def test_the_api_server_down_changes_nothing_and_the_jobs_carry_on(cluster, kube
         Job.all_tenants.filter(pk=late.pk).update(start_time=timezone.now() - dt.timedelta(seconds=61))
         started = time.monotonic()
         passes = 0
-        while time.monotonic() - started < 3.0:  # the API server down for 3 s; passes every 0.2 s
+        while time.monotonic() - started < 30.0:  # the API server down for 30 s; passes every 2 s, as scheduled
             assert reconcile_jobs(kube).errors == 1
             assert reconcile_tenants(kube).errors == 1
             passes += 1
-            time.sleep(0.2)
-        assert passes >= 5
+            time.sleep(2.0)
+        assert passes >= 10
     after = {j["name"]: j for j in Job.all_tenants.values()}
     for name in ("steady", "waiting"):
         assert after[name] == before[name], name
