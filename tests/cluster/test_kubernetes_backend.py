@@ -6,7 +6,6 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import kmock
 import pytest
@@ -32,19 +31,6 @@ from apps.cluster.backends.base import (
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.cluster.ratelimit import TokenBucket
 from tests.kmock_cluster import KmockCluster, running_kmock
-
-
-@pytest.fixture
-def cluster() -> Iterator[KmockCluster]:
-    with running_kmock() as running:
-        yield running
-
-
-@pytest.fixture
-def backend(cluster: KmockCluster) -> Iterator[KubernetesBackend]:
-    be = KubernetesBackend.for_host(cluster.url, qps=1000, burst=1000, timeout_s=5.0)
-    yield be
-    be.close()
 
 
 def cm(name: str, namespace: str = "team-a", **labels: str) -> dict:

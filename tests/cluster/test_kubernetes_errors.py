@@ -26,19 +26,6 @@ def cm(name: str, namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
 
 
-@pytest.fixture
-def cluster() -> Iterator[KmockCluster]:
-    with running_kmock() as running:
-        yield running
-
-
-@pytest.fixture
-def backend(cluster: KmockCluster) -> Iterator[KubernetesBackend]:
-    be = KubernetesBackend.for_host(cluster.url, qps=1000, burst=1000, timeout_s=5.0)
-    yield be
-    be.close()
-
-
 def test_a_status_write_changes_the_status_alone_with_a_new_resource_version(
     backend: KubernetesBackend, cluster: KmockCluster
 ) -> None:

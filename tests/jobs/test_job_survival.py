@@ -28,15 +28,6 @@ from tests.jobs.test_local_e2e import drive, pids
 SLEEP = ["python3", "-c", "import time; time.sleep(120)"]
 
 
-@pytest.fixture
-def local(tmp_path, tenant_a):
-    backend = LocalBackend(data_dir=tmp_path)
-    set_backend(backend)
-    reconcile_tenants(backend)
-    yield backend
-    set_backend(None)
-
-
 def restart_backend(tmp_path) -> LocalBackend:
     """What a restart of the process running the local backend leaves: its processes gone, an empty store."""
     backend = LocalBackend(data_dir=tmp_path)

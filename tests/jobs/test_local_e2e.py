@@ -12,28 +12,16 @@ from collections.abc import Callable
 
 import pytest
 
-from apps.cluster.backends import set_backend
-from apps.cluster.backends.local import LocalBackend
 from apps.cluster.backends.local_pods import group_alive
 from apps.jobs import services
 from apps.jobs.api.serializers import queued_message
 from apps.jobs.logs import job_logs, job_pods
 from apps.jobs.models import Job
 from apps.jobs.reconciler import reconcile_jobs
-from apps.tenants.reconciler import reconcile_tenants
 from tests.factories import ACTOR
 from tests.jobs.factories import HELLO_YAML, make_job
 
 PID = "gryvia.io/local-pid"
-
-
-@pytest.fixture
-def local(tmp_path, tenant_a):
-    backend = LocalBackend(data_dir=tmp_path)
-    set_backend(backend)
-    reconcile_tenants(backend)
-    yield backend
-    backend.close()
 
 
 def drive(job: Job, until: Callable[[Job], bool], timeout: float = 60.0, backend=None) -> Job:
