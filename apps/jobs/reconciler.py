@@ -43,6 +43,7 @@ from .models import Job
 from .reconciler_desired import DesiredMixin, has_workload
 from .reconciler_pass import PassMixin
 from .reconciler_placement import PlacementMixin
+from .reconciler_recovery import RecoveryMixin
 from .status import Observed, from_batch_job, from_stateful_set, set_condition, workload_ended
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def _ts(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
 
-class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job]):
+class JobReconciler(DesiredMixin, RecoveryMixin, PassMixin, PlacementMixin, OwnerReconciler[Job]):
     kind = "job"
     managed_kinds = (PVC, SECRET, JOB, STATEFUL_SET, SERVICE)
     observed_kinds = (POD,)
@@ -164,18 +165,6 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
         if heads.pending:
             self._queue_submitted()
         self._record_queue_status(heads, held)
-
-    def _past_deadline(self) -> set[int]:
-        """Of the admitted jobs begin_pass read, those whose timeout has run out since they started (or, not yet
-        started, since they were admitted): owners() hands them to observe() even when nothing else changed."""
-        return {
-            row.pk
-            for row in self.active_rows
-            if row.phase in (JobPhase.SCHEDULING, JobPhase.RUNNING)
-            and row.timeout_s
-            and row.admitted_at is not None
-            and self.now >= row.admitted_at + dt.timedelta(seconds=row.timeout_s)
-        }
 
     def _ended(self, holding: dict[int, str]) -> set[int]:
         """Of these admitted jobs (pk -> uid), those whose batch Job has completed or failed."""
@@ -314,32 +303,6 @@ class JobReconciler(DesiredMixin, PassMixin, PlacementMixin, OwnerReconciler[Job
             seen = from_stateful_set(workload, pods, default_endpoint=default)
         self._recover_lost_nodes(job, pods, now)
         self._apply_observed(job, seen, now)
-
-    def _workload_lost(self, job: Job, now: dt.datetime) -> None:
-        """Its workload is gone from the cluster (deleted behind Gryvia's back, the cluster emptied, the local
-        backend's process restarted): run it again from its last checkpoint within `retryLimit`, else fail it.
-        Its run's usage record closes either way (the `WorkloadLost` event); a new one opens when it runs again."""
-        limit = int(job.spec.get("retryLimit") or 0)
-        attempt = max(job.attempts, 1) + 1
-        what = "its workload is gone from the cluster (deleted outside Gryvia, or the backend restarted)"
-        if not self.lost[job.pk]:
-            message = f"{what}; no retry left ({attempt - 1} attempt(s), retryLimit {limit})"
-            self._finish(job, JobPhase.FAILED, "WorkloadLost", message, now)
-            return
-        message = f"{what}; started again from its last checkpoint: attempt {attempt} of {limit + 1}"
-        self._update(
-            job,
-            events=[("WorkloadLost", message, "Warning")],
-            phase=JobPhase.SCHEDULING,
-            reason="WorkloadLost",
-            message=message,
-            requeues_attempts=attempt - 1,
-            attempts=attempt,
-            ready_nodes=0,
-            conditions=set_condition(
-                job.conditions, type="Ready", status=False, reason="WorkloadLost", message=message, now=now
-            ),
-        )
 
     def _kueue_holds(self, job: Job, workload: dict[str, Any], now: dt.datetime) -> bool:
         """While Kueue has not admitted the job (or evicted it), its phase, reason and message are Kueue's."""

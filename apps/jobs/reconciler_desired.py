@@ -24,9 +24,7 @@ from apps.tenants.bound_keys import api_key_issue_bound
 from . import manifests
 from .choices import JobPhase
 from .models import Job
-from .status import workload_ended
-
-RUNNING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING)  # has (had) a workload
+from .reconciler_recovery import RUNNING_PHASES, deadline, may_retry, workload_has_ended
 
 TOKEN_PLACEHOLDER = "issued-at-apply"
 # job uid -> (its steady inputs, its desired objects, each loading a fresh copy from its JSON): see desired_hashed.
@@ -40,31 +38,12 @@ def has_workload(objects: Any) -> bool:
     return any(o.get("kind") in ("Job", "StatefulSet") for o in objects)
 
 
-def workload_has_ended(objects: Any) -> bool:
-    """Whether these live objects include a batch Job that has completed or failed on its own."""
-    return any(o.get("kind") == "Job" and workload_ended(o) for o in objects)
-
-
-def may_retry(job: Job) -> bool:
-    """Whether a job whose workload was lost may run again: each lost workload counts as an attempt against
-    `retryLimit`, as a failed pod does."""
-    return max(job.attempts, 1) - 1 < int(job.spec.get("retryLimit") or 0)
-
-
-def deadline(job: Job) -> dt.datetime | None:
-    """When a started job's `timeout` runs out, from the start time the database keeps (whatever the backend says:
-    a workload re-created after a loss keeps the job's first start)."""
-    if job.start_time is None or not job.timeout_s:
-        return None
-    return job.start_time + dt.timedelta(seconds=job.timeout_s)
-
-
 class DesiredMixin:
     mode: str
     now: dt.datetime
     decisions: dict[int, Any]
     lost: dict[int, bool]  # jobs whose workload this pass found missing -> whether it is applied again
-    overdue: set[int]  # jobs past their timeout this pass (see _overdue)
+    _overdue: Callable[[Job, dict[str, dict[str, Any]]], bool]  # RecoveryMixin's
     placements: dict[int, dict[str, Any]]
     _tokens: dict[str, str]
     _place: Callable[[Job], dict[str, Any] | None]  # PlacementMixin's
@@ -78,16 +57,6 @@ class DesiredMixin:
         ttl = job.spec.get("ttlSecondsAfterFinished")
         ttl = settings.GRYVIA_JOB_TTL_S if ttl is None else int(ttl)
         return timezone.now() >= job.completion_time + dt.timedelta(seconds=ttl)
-
-    def _overdue(self, job: Job, live: dict[str, dict[str, Any]]) -> bool:
-        """A running job past its deadline (one whose batch Job has just ended on its own is left to report so)."""
-        if job.pk in self.overdue:
-            return True
-        end = deadline(job) if job.phase in RUNNING_PHASES else None
-        if end is None or self.now < end or workload_has_ended(live.values()):
-            return False
-        self.overdue.add(job.pk)
-        return True
 
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug

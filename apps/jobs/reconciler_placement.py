@@ -1,5 +1,4 @@
-"""The job reconciler's node-facing parts: GPU inventory, reservation claims, node choice, queue status, and
-recovery from lost nodes.
+"""The job reconciler's node-facing parts: GPU inventory, reservation claims, node choice and queue status.
 
 A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module stays one concept.
 """
@@ -7,10 +6,8 @@ A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module sta
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from typing import Any
 
-from apps.cluster.backends.base import POD, ObjectRef
 from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead
 from apps.queueing.inventory import node_views, sync_gpu_nodes
@@ -18,9 +15,8 @@ from apps.queueing.placement import place, reservation_claims
 from apps.queueing.services import queue_status_sync
 from apps.tenants.models import Tenant
 
-from . import admission_inputs, manifests, services
+from . import admission_inputs, manifests
 from .models import Job
-from .status import set_condition
 
 _SLUGS = PreparedRead(lambda: Tenant.objects.values_list("slug", "pk"))
 _SLUG_IDS = EpochCached(("tenants_tenant",), lambda: dict(_SLUGS.rows()))  # slug -> tenant id
@@ -120,34 +116,3 @@ class PlacementMixin:
             admitted, pending = self._queue_status
             self._queue_status = None
             queue_status_sync(admitted=admitted, pending=pending)
-
-    def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
-        """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
-        if not self.lost_nodes or job.typed_spec.elastic:
-            return
-        replaced, lost_on = [], set()
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            phase = (pod.get("status") or {}).get("phase")
-            if node in self.lost_nodes and phase not in ("Succeeded", "Failed"):
-                meta = pod["metadata"]
-                self.backend.delete(
-                    ObjectRef(POD, meta["name"], meta.get("namespace")), grace_period_s=0, uid=meta.get("uid")
-                )
-                replaced.append(meta["name"])
-                lost_on.add(node)
-        if not replaced:
-            return
-        lost = max((job.last_reported_step or 0) - (job.last_checkpoint_step or 0), 0)
-        message = (
-            f"replaced {len(replaced)} pod(s) from NotReady node(s) {', '.join(sorted(lost_on))}; "
-            f"resuming from step {job.last_checkpoint_step or 0} ({lost} step(s) lost)"
-        )
-        conditions = set_condition(
-            job.conditions, type="RecoveredFromNodeLoss", status=True, reason="PodsReplaced", message=message, now=now
-        )
-        Job.all_tenants.filter(pk=job.pk).update(
-            conditions=conditions, node_loss_recoveries=job.node_loss_recoveries + 1, lost_steps=job.lost_steps + lost
-        )
-        job.conditions = conditions
-        services.job_event(job=job, reason="NodeLost", message=message, type="Warning")

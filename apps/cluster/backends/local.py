@@ -46,12 +46,12 @@ from .base import (
     kind_of,
     labels_match,
 )
+from .local_logs import FINISHED, PodLogsMixin
 from .local_node import LocalNode
 from .local_objects import NODE_NAME, node_object
 from .local_workloads import WorkloadSupervisor
 
 _WORKLOADS = (JOB, STATEFUL_SET, DEPLOYMENT)
-_FINISHED = ("Succeeded", "Failed")
 
 
 def _unversioned(obj: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class LocalBackend:
+class LocalBackend(PodLogsMixin):
     """An in-process object store with Kubernetes semantics and call counters (`calls`) that runs workloads.
 
     `data_dir` holds logs, volumes and working directories (a temporary directory, removed by `close()`, when
@@ -318,55 +318,6 @@ class LocalBackend:
                 if labels_match(meta.get("labels") or {}, label_selector):
                     yield event
 
-    # -- logs -------------------------------------------------------------------------------------------------
-
-    def _log_path(self, namespace: str, pod: str) -> Path | None:
-        if self._log_dir is None and self._data_dir is None:
-            return None
-        return self.log_dir / namespace / f"{pod}.log"
-
-    def pod_logs(self, *, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
-        path = self._log_path(namespace, pod)
-        if path is None or not path.exists():
-            raise NotFoundError(f"no logs for pod {namespace}/{pod}")
-        lines = path.read_text(errors="replace").splitlines(keepends=True)
-        return "".join(lines[-tail_lines:] if tail_lines else lines)
-
-    def _pod_done(self, namespace: str, pod: str) -> bool:
-        """True when the pod has finished or is gone (its log will not grow)."""
-        with self._cond:
-            obj = self._view().get(("v1/Pod", namespace, pod))
-            return obj is None or (obj.get("status") or {}).get("phase") in _FINISHED
-
-    def stream_pod_logs(self, *, namespace: str, pod: str, follow: bool, poll_s: float = 0.2) -> Iterator[str]:
-        """Lines of the pod's log file; with `follow`, waits (polling every `poll_s`, at least 50 ms) for more
-        until the pod has finished and the file is drained. NotFoundError here when there is nothing to read."""
-        path = self._log_path(namespace, pod)
-        if path is None or (not path.exists() and (not follow or self._pod_done(namespace, pod))):
-            raise NotFoundError(f"no logs for pod {namespace}/{pod}")
-        return self._follow(path, namespace=namespace, pod=pod, follow=follow, poll_s=max(poll_s, 0.05))
-
-    def _follow(self, path: Path, *, namespace: str, pod: str, follow: bool, poll_s: float) -> Iterator[str]:
-        while not path.exists():  # the pod is still Pending
-            if self._pod_done(namespace, pod):
-                return
-            time.sleep(poll_s)
-        buffer = b""
-        with open(path, "rb") as handle:
-            while True:
-                finished = not follow or self._pod_done(namespace, pod)
-                data = handle.read()
-                buffer += data
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "replace") + "\n"
-                if finished:
-                    break
-                if not data:
-                    time.sleep(poll_s)
-        if buffer:
-            yield buffer.decode("utf-8", "replace") + "\n"
-
     def events(self, *, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]:
         return [
             obj
@@ -426,7 +377,7 @@ class LocalBackend:
                 if key[0] != "v1/Pod" or key[1] != namespace:
                     continue
                 owners = {o.get("uid") for o in obj["metadata"].get("ownerReferences") or []}
-                if owner_uid in owners and (not finished_only or (obj.get("status") or {}).get("phase") in _FINISHED):
+                if owner_uid in owners and (not finished_only or (obj.get("status") or {}).get("phase") in FINISHED):
                     self._drop(key, POD)
             self._cond.notify_all()
 
