@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from apps.core import scopes as S
 from apps.core.audit import audit_record, snapshot
+from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal
 
@@ -334,9 +335,20 @@ def api_key_update(*, actor: Principal, key: ApiKey, **changes: Any) -> ApiKey:
 
 
 @transaction.atomic
-def api_key_revoke(*, actor: Principal, key: ApiKey) -> ApiKey:
+def api_key_revoke(*, actor: Principal, key: ApiKey, allow_self: bool = False) -> ApiKey:
+    """Revoke a key for good (the row stays for the audit trail); revoking a revoked key changes nothing.
+
+    Raises:
+        Conflict: the actor is this very key and did not say `allow_self`: the client would lock itself out (as
+            the demo key `make run` prints would, leaving a dead key in demo-credentials.json).
+    """
     if key.revoked_at is not None:
         return key
+    if actor.api_key_pk == key.pk and not allow_self:
+        raise Conflict(
+            f"key {key.key_id} is the credential making this request: revoking it would lock this client out. "
+            "Revoke it with another credential, or add ?self=true to revoke it anyway"
+        )
     before = snapshot(key, ApiKey.AUDIT_FIELDS)
     key.revoked_at = timezone.now()
     key.save(update_fields=["revoked_at", "updated_at"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -21,6 +22,12 @@ from .serializers import (
     ApiKeyUpdateSerializer,
     MembershipSerializer,
     TenantSerializer,
+)
+
+SELF_PARAMETER = OpenApiParameter(
+    "self",
+    OpenApiTypes.BOOL,
+    description="true: revoke the key even if it is the one making this request (refused with 409 otherwise)",
 )
 
 
@@ -178,14 +185,23 @@ class ApiKeyViewSet(
                 actor=self.principal, key=serializer.instance, **serializer.validated_data
             )
 
-    def perform_destroy(self, instance: ApiKey) -> None:
-        services.api_key_revoke(actor=self.principal, key=instance)
+    def _revoke(self, key: ApiKey) -> ApiKey:
+        # `?self=true`: the caller knows it revokes the key it is using (refused otherwise, 409).
+        allow_self = self.request.query_params.get("self", "").lower() in ("true", "1")
+        with service_errors():
+            return services.api_key_revoke(actor=self.principal, key=key, allow_self=allow_self)
 
-    @extend_schema(request=None, responses={200: ApiKeySerializer})
+    @extend_schema(parameters=[SELF_PARAMETER])
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
+        return super().destroy(request, *args, **kwargs)
+
+    def perform_destroy(self, instance: ApiKey) -> None:
+        self._revoke(instance)
+
+    @extend_schema(request=None, responses={200: ApiKeySerializer}, parameters=[SELF_PARAMETER])
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, *args, **kwargs) -> Response:
-        key = services.api_key_revoke(actor=self.principal, key=self.get_object())
-        return Response(ApiKeySerializer(key).data)
+        return Response(ApiKeySerializer(self._revoke(self.get_object())).data)
 
     @extend_schema(request=ApiKeyRotateSerializer, responses={200: ApiKeyCreatedSerializer})
     @action(detail=True, methods=["post"])

@@ -4,21 +4,26 @@ Runs once: the credentials are printed to the terminal (never through logging) a
 $GRYVIA_DATA_DIR/demo-credentials.json (mode 0600). Later runs only say where that file is. Every run registers the
 packaged local models (tiny-chat, minilm) as shared inference services when the models extra is installed, and
 says which (apps.llm.local_registry).
+
+`--print-demo-key` prints the demo key alone (for `KEY=$(...)`, from whatever GRYVIA_DATA_DIR says);
+`--rotate-demo-key` creates a fresh demo key, revokes the one in the file (dead or alive), stores and prints the new
+one.
 """
 
 import json
 import os
 import secrets
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from apps.core.principal import system
 from apps.llm.local_registry import register_local_models
 from apps.tenants import services
-from apps.tenants.models import Tenant
+from apps.tenants.models import ApiKey, Tenant
 
 CLI_CLIENT_ID = "gryvia-cli"
 CLI_DEVICE_CLIENT_ID = "gryvia-cli-device"
@@ -27,8 +32,21 @@ CLI_DEVICE_CLIENT_ID = "gryvia-cli-device"
 class Command(BaseCommand):
     help = "Create the admin login, the demo tenant and its API key on first start (idempotent)."
 
-    def handle(self, *args, **options) -> None:
+    def add_arguments(self, parser) -> None:
+        what = parser.add_mutually_exclusive_group()
+        what.add_argument("--print-demo-key", action="store_true", help="print the demo API key alone, and stop")
+        what.add_argument(
+            "--rotate-demo-key", action="store_true", help="replace the demo API key: print and store a new one"
+        )
+
+    def handle(self, *args, print_demo_key: bool = False, rotate_demo_key: bool = False, **options) -> None:
         path = settings.DATA_DIR / "demo-credentials.json"
+        if print_demo_key:
+            self.stdout.write(self._read_credentials(path)["api_key"])
+            return
+        if rotate_demo_key:
+            self._rotate_demo_key(path)
+            return
         self._ensure_cli_application()
         self.stdout.write(register_local_models(actor=system("bootstrap")).summary())
         if Tenant.objects.filter(slug="demo").exists() or get_user_model().objects.filter(is_superuser=True).exists():
@@ -49,10 +67,7 @@ class Command(BaseCommand):
             "api_key_id": key.key_id,
             "api_key": plaintext,
         }
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(creds, fh, indent=2)
-        os.chmod(path, 0o600)
+        _write_credentials(path, creds)
         self.stdout.write(
             "\n".join(
                 [
@@ -67,6 +82,34 @@ class Command(BaseCommand):
                 ]
             )
         )
+
+    def _read_credentials(self, path: Path) -> dict:
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CommandError(
+                f"no demo credentials in {path}: `make run` (manage.py bootstrap) writes them on first start; "
+                "is GRYVIA_DATA_DIR the one the server uses?"
+            ) from None
+
+    def _rotate_demo_key(self, path: Path) -> None:
+        """A new key with the old one's scopes; the old one is revoked, in one transaction, and the file updated."""
+        creds = self._read_credentials(path)
+        tenant = Tenant.objects.filter(slug=creds.get("tenant", "demo")).first()
+        if tenant is None:
+            raise CommandError(f"the tenant {creds.get('tenant', 'demo')!r} of {path} no longer exists")
+        old = ApiKey.all_tenants.filter(tenant=tenant, key_id=creds.get("api_key_id", "")).first()
+        actor = system("bootstrap")
+        with transaction.atomic():
+            key, plaintext = services.api_key_create(
+                actor=actor, tenant=tenant, scopes=old.scopes if old else ["admin"], name="demo-admin"
+            )
+            if old is not None:
+                services.api_key_revoke(actor=actor, key=old)
+        creds.update(api_key_id=key.key_id, api_key=plaintext)
+        _write_credentials(path, creds)
+        revoked = f"; key {old.key_id} is revoked" if old is not None else ""
+        self.stdout.write(f"New demo API key (tenant {tenant.slug}, saved to {path}){revoked}:\n{plaintext}")
 
     def _ensure_cli_application(self) -> None:
         """The public OAuth clients the `gryvia` CLI logs in with: authorization code + PKCE, and the device flow."""
@@ -93,3 +136,13 @@ class Command(BaseCommand):
                 "algorithm": Application.RS256_ALGORITHM,
             },
         )
+
+
+def _write_credentials(path: Path, creds: dict) -> None:
+    """Replace the file whole, never readable by others: a 0600 temporary file renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(creds, fh, indent=2)
+    os.chmod(tmp, 0o600)  # whatever the umask
+    os.replace(tmp, path)
