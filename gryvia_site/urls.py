@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.core import views as core_views
+from apps.core.admin_site import favicon
 
 api_v1 = [
     path("", include("apps.core.api.urls")),
@@ -21,6 +22,7 @@ urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.metrics, name="metrics"),
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     # Any member signs in here (the admin login takes staff only), e.g. to approve an OAuth client.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -1,8 +1,11 @@
 from django.contrib import admin
 
 from .admin_filters import FilterSetAdminMixin
+from .admin_site import brand
 from .api.filters import AuditEntryFilterSet
 from .models import AuditEntry
+
+brand(admin.site)
 
 
 @admin.register(AuditEntry)

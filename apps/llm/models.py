@@ -141,6 +141,7 @@ class ModelAlias(TimestampedModel):
 
     class Meta:
         ordering = ("name",)
+        verbose_name_plural = "model aliases"
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="model_alias_unique_per_tenant"),
             models.UniqueConstraint(
@@ -173,6 +174,8 @@ class LlmUsage(models.Model):
 
     class Meta:
         ordering = ("-created_at", "-id")
+        verbose_name = "LLM usage record"
+        verbose_name_plural = "LLM usage"
         indexes = [models.Index(fields=["tenant", "created_at"], name="llm_usage_tenant_time_idx")]
 
     def __str__(self) -> str:
@@ -198,6 +201,8 @@ class LlmUsageHourly(models.Model):
 
     class Meta:
         ordering = ("-hour", "model")
+        verbose_name = "LLM usage hour"
+        verbose_name_plural = "LLM usage (hourly)"
         constraints = [
             models.UniqueConstraint(fields=["tenant", "key_id", "model", "hour"], name="llm_usage_hourly_unique")
         ]

@@ -51,6 +51,9 @@ class ApiKey(TenantOwnedModel):
         "tokens_per_day",
     )
 
+    class Meta(TenantOwnedModel.Meta):
+        verbose_name = "API key"
+
     def __str__(self) -> str:
         return f"gry_{self.key_id}_… ({self.name or 'unnamed'})"
 
