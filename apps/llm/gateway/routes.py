@@ -52,6 +52,12 @@ class Table:
     aliases: dict[int | None, dict[str, list[str]]]
     loaded_at: float
     generation: int
+    # Whose inference services exist at all, in any state (None: shared ones): without any, a 404 says how to add one.
+    owners: frozenset[int | None] = frozenset()
+
+    def has_no_service(self, tenant_id: int) -> bool:
+        """Neither the tenant nor the platform has an inference service (ready or not): nothing was ever set up."""
+        return tenant_id not in self.owners and None not in self.owners
 
     def names(self, tenant_id: int) -> list[str]:
         """Every model name the tenant may call (its own, shared, and aliases that lead somewhere)."""
@@ -130,7 +136,8 @@ def _load_table(generation: int) -> Table:
     aliases: dict[int | None, dict[str, list[str]]] = {}
     for alias in ModelAlias.objects.all():
         aliases.setdefault(alias.tenant_id, {})[alias.name] = list(alias.targets)
-    return Table(by_tenant=by_tenant, aliases=aliases, loaded_at=time.monotonic(), generation=generation)
+    owners = frozenset(InferenceService.objects.values_list("tenant_id", flat=True).distinct())
+    return Table(by_tenant=by_tenant, aliases=aliases, loaded_at=time.monotonic(), generation=generation, owners=owners)
 
 
 _load_async = off_loop(_load_table)

@@ -60,16 +60,18 @@ async def models(request: HttpRequest) -> HttpResponse:
     except GatewayError as exc:
         return exc.response()
     data = [_model(n, key.tenant_slug, table, key.tenant_id) for n in names]
-    return JsonResponse({"object": "list", "data": data})
+    response = JsonResponse({"object": "list", "data": data})
+    if not data and table.has_no_service(key.tenant_id):
+        # The list keeps OpenAI's shape; the hint rides in a header that clients ignore and people can read.
+        response["X-Gryvia-Hint"] = proxy.NO_SERVICE_HINT
+    return response
 
 
 async def model(request: HttpRequest, name: str) -> HttpResponse:
     try:
         key, table, names = await _visible(request)
         if name not in names:
-            raise GatewayError(
-                404, f"The model `{name}` does not exist or you do not have access to it.", code="model_not_found"
-            )
+            raise proxy.model_not_found(name, table, key.tenant_id)
     except GatewayError as exc:
         return exc.response()
     return JsonResponse(_model(name, key.tenant_slug, table, key.tenant_id))
