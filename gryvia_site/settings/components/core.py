@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "oauth2_provider",
     "channels",
     "apps.core",

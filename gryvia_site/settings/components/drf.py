@@ -38,4 +38,10 @@ SPECTACULAR_SETTINGS = {
     "DEFAULT_QUERY_MANAGER": "_default_manager",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    # Swagger UI and ReDoc from the installed drf-spectacular-sidecar, served as static files: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # Swagger UI would otherwise send the schema to validator.swagger.io for its badge.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
