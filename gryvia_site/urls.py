@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.core import views as core_views
@@ -29,4 +29,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("api/v1/", include(api_v1)),
+    # Last: any other path under /api/ is a 404 in the API's error format, DEBUG or not.
+    re_path(r"^api/(?P<path>.*)$", core_views.api_not_found, name="api-not-found"),
 ]

@@ -1,12 +1,14 @@
 """Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer and, in the embedded
 profile, the local models registered at start serve; `/readyz?verbose` in the production profile also reports the
-Celery workers and beats seen lately), /metrics."""
+Celery workers and beats seen lately), /metrics; and the answer under /api/ to a path no endpoint has."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import heartbeats
@@ -89,3 +91,26 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+@csrf_exempt  # it changes nothing, and a POST to a wrong path deserves the 404, not a CSRF page
+def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Any path under /api/ that no endpoint has: a 404 in the API's error envelope (Django's debug page is a few
+    thousand lines of HTML). A path that exists with a trailing slash is redirected for GET and HEAD, as
+    APPEND_SLASH would (this route matching every path keeps CommonMiddleware from doing it); other methods would
+    lose their body on a redirect, so their 404 names the path to use."""
+    with_slash = request.path_info + "/" if not request.path_info.endswith("/") else None
+    if with_slash and _has_endpoint(with_slash):
+        if request.method in ("GET", "HEAD"):
+            return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
+        message = f"no endpoint at {request.path_info}: did you mean {with_slash} (with the trailing slash)?"
+    else:
+        message = f"no endpoint at {request.path_info}: the API's paths are in /api/v1/schema/ (or /api/v1/schema/ui/)"
+    return JsonResponse({"error": {"type": "not_found", "message": message}}, status=404)
+
+
+def _has_endpoint(path: str) -> bool:
+    try:
+        return resolve(path).func is not api_not_found
+    except Resolver404:
+        return False

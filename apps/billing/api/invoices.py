@@ -93,9 +93,9 @@ class InvoiceViewSet(
     lookup_value_regex = "[0-9]+"
     http_method_names = ["get", "post", "delete", "head", "options"]
     ordering = ("-period_start", "-id")
-    renderer_classes = api_settings.DEFAULT_RENDERER_CLASSES  # CSV for retrieve and estimate only: get_renderers
-    # Errors keep the JSON envelope, also when CSV or the HTML page was asked for.
-    json_error_renderers = (CsvRenderer, TemplateHTMLRenderer)
+    # CSV for retrieve and estimate only (get_renderers). Errors and OPTIONS answers are JSON also where CSV or the
+    # HTML page was negotiated (apps.core.api.renderers).
+    renderer_classes = api_settings.DEFAULT_RENDERER_CLASSES
 
     def scope_queryset(self, queryset):
         queryset = invoicing.invoices_readable(queryset, principal=self.principal)

@@ -1,8 +1,8 @@
 """Endpoints that answer JSON or CSV: the `text/csv` renderer and the view mixin built on it.
 
 CSV is asked for with `?format=csv` or `Accept: text/csv` and holds every row; JSON reports are paginated
-(`limit`/`offset`). An unknown `?format=` is a 400 naming the field, and errors keep the JSON envelope whatever
-was asked for.
+(`limit`/`offset`). An unknown `?format=` is a 400 naming the field. Errors and OPTIONS answers are JSON whatever
+was asked for (apps.core.api.renderers).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import Http404
 from rest_framework import exceptions
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -44,12 +44,10 @@ def _cell(value: Any) -> Any:
 
 class CsvExportMixin:
     """For a view that answers JSON or CSV: picks the renderer, refuses an unknown `?format=` (400, not DRF's 404),
-    renders errors as JSON, and builds the CSV response and the JSON page of a usage report."""
+    and builds the CSV response and the JSON page of a usage report."""
 
     renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, CsvRenderer]
     pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
-    # When one of these was negotiated, an error is rendered as JSON instead.
-    json_error_renderers: tuple[type[BaseRenderer], ...] = (CsvRenderer,)
 
     def wants_csv(self, request: Request) -> bool:
         """Whether the request negotiated CSV."""
@@ -82,9 +80,3 @@ class CsvExportMixin:
             return super().perform_content_negotiation(request, force=force)
         except Http404 as exc:  # DRF answers an unknown ?format= with 404
             raise exceptions.ValidationError({"format": ["must be json or csv"]}) from exc
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # Errors keep the JSON envelope, also when CSV (or another such format) was asked for.
-        if isinstance(getattr(self.request, "accepted_renderer", None), self.json_error_renderers):
-            self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
-        return super().handle_exception(exc)

@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.core.api.throttling.RateLimitHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "gryvia_site.urls"

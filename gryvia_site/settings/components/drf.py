@@ -17,6 +17,8 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
+    # OPTIONS answers in JSON whatever format was asked for (CSV and HTML renderers draw only their view's payload).
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.api.renderers.ApiContentNegotiation",
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.OrderedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
