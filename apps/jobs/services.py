@@ -29,6 +29,7 @@ from .spec import JobSpec, normalize_spec
 
 RECONCILE = "reconcile-jobs"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_RESUBMITTED = re.compile(r"-r\d+$")  # the suffix job_resubmit adds: resubmitting `a-r2` makes `a-r3`
 RECONCILER = system("job-reconciler")
 # Lifecycle event reasons that are phase changes outside receivers (webhooks) subscribe to.
 PHASE_EVENT_TYPES = {
@@ -152,6 +153,25 @@ def validate_name(name: Any) -> str:
     return name
 
 
+def job_validate(*, name: Any, spec: Any, name_required: bool = True) -> dict[str, Any]:
+    """What `job_create` checks before writing, every error at once: ValidationError naming each bad field of the
+    name and the spec (`name`, `spec.image`, `spec.resources.cpu`, ...), else the normalized spec. A name of None
+    is checked only when `name_required`."""
+    errors: dict[str, list[str]] = {}
+    if name is not None or name_required:
+        try:
+            validate_name(name)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    try:
+        normalized = _normalized(spec)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return normalized
+
+
 def _spec_errors(exc: serializers.ValidationError) -> ValidationError:
     def flatten(detail: Any, prefix: str) -> dict[str, str]:
         if isinstance(detail, dict):
@@ -176,12 +196,15 @@ def _normalized(spec: Any) -> dict[str, Any]:
         raise _spec_errors(exc) from exc
 
 
+def validate_spec(spec: Any) -> dict[str, Any]:
+    """The spec as `job_create` stores it (normalized), or ValidationError naming each field (`spec.image`, ...)."""
+    return _normalized(spec)
+
+
 def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
     """What the job would cost if submitted now, validated as `job_create` validates it (the same field errors);
     nothing is stored. Raises ValidationError naming the field."""
-    if name is not None:
-        validate_name(name)
-    normalized = _normalized(spec)
+    normalized = job_validate(name=name, spec=spec, name_required=False)
     return billing.cost_estimate(
         request=request_of(normalized),
         gpu_type=normalized.get("gpuType") or "",
@@ -191,9 +214,8 @@ def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
 
 @transaction.atomic
 def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job:
-    """Submit a job. Raises ValidationError naming the field (`name`, `spec.distributed.nodes`, ...)."""
-    validate_name(name)
-    normalized = _normalized(spec)
+    """Submit a job. Raises ValidationError naming every bad field at once (`name`, `spec.distributed.nodes`, ...)."""
+    normalized = job_validate(name=name, spec=spec)
     try:
         with transaction.atomic():
             job = Job.all_tenants.create(
@@ -226,6 +248,34 @@ def job_cancel(*, actor: Principal, job: Job) -> Job:
         JobEvent.objects.create(job=job, reason="CancelRequested", message=f"cancel requested by {actor.label}")
         nudge(RECONCILE)
     return job
+
+
+def _resubmit_name(job: Job) -> str:
+    """`train` -> `train-r2`, `train-r2` -> `train-r3`: the first `-r<N>` free in the tenant (the name cut to fit)."""
+    base = _RESUBMITTED.sub("", job.name)
+    # Every candidate starts with this, whatever the suffix's length (up to "-r999999999").
+    prefix = base[: C.MAX_NAME_LENGTH - 12].rstrip("-")
+    taken = set(Job.all_tenants.filter(tenant_id=job.tenant_id, name__startswith=prefix).values_list("name", flat=True))
+    number = 2
+    while True:
+        suffix = f"-r{number}"
+        candidate = base[: C.MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+        if candidate not in taken:
+            return candidate
+        number += 1
+
+
+@transaction.atomic
+def job_resubmit(*, actor: Principal, job: Job) -> Job:
+    """Submit a finished job's spec again as a new job, named `<name>-r<N>` (the first free N from 2), through
+    `job_create` (validated, audited); the finished job and its history stay. Raises JobConflict while the job
+    is still active: cancel it first, or two of it would run."""
+    job = Job.all_tenants.select_related("tenant").get(pk=job.pk)
+    if not job.is_terminal:
+        raise JobConflict(f"job {job.name} is {job.phase}: only a finished job can be resubmitted (cancel it first)")
+    created = job_create(actor=actor, tenant=job.tenant, name=_resubmit_name(job), spec=job.spec)
+    JobEvent.objects.create(job=created, reason="Resubmitted", message=f"resubmitted from {job.name} by {actor.label}")
+    return created
 
 
 @transaction.atomic

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db import transaction
 
+from apps.core.admin_actions import ActionsOnlyAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.principal import Principal
 
@@ -62,19 +63,33 @@ class TenantAdmin(FilterSetAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Archive (remove cluster objects, revoke keys, keep history)")
     def archive(self, request, queryset) -> None:
+        changed, unchanged = [], []
         for tenant in queryset:
+            if tenant.is_archived:
+                unchanged.append(f"tenant {tenant.slug} is already archived")
+                continue
             services.tenant_archive(actor=admin_principal(request), tenant=tenant)
-        messages.success(request, f"archived {queryset.count()} tenant(s)")
+            changed.append(tenant.slug)
+        report_action(self, request, did="Archived", noun="tenant(s)", changed=changed, unchanged=unchanged)
+
+    def _set_suspended(self, request, queryset, *, suspended: bool) -> None:
+        state, changed, unchanged = ("suspended" if suspended else "active"), [], []
+        for tenant in queryset:
+            if tenant.suspended == suspended:
+                unchanged.append(f"tenant {tenant.slug} is already {state}")
+            else:
+                services.tenant_update(actor=admin_principal(request), tenant=tenant, suspended=suspended)
+                changed.append(tenant.slug)
+        did = "Suspended" if suspended else "Resumed"
+        report_action(self, request, did=did, noun="tenant(s)", changed=changed, unchanged=unchanged)
 
     @admin.action(description="Suspend (reads only)")
     def suspend(self, request, queryset) -> None:
-        for tenant in queryset:
-            services.tenant_update(actor=admin_principal(request), tenant=tenant, suspended=True)
+        self._set_suspended(request, queryset, suspended=True)
 
     @admin.action(description="Resume")
     def resume(self, request, queryset) -> None:
-        for tenant in queryset:
-            services.tenant_update(actor=admin_principal(request), tenant=tenant, suspended=False)
+        self._set_suspended(request, queryset, suspended=False)
 
 
 @admin.register(Membership)
@@ -106,11 +121,22 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(FilterSetAdminMixin, admin.ModelAdmin):
-    """Keys are created with `create_api_key` or the API (the plaintext must be shown once, to its owner)."""
+class ApiKeyAdmin(ActionsOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
+    """Keys are created with `create_api_key` or the API (the plaintext must be shown once, to its owner); here
+    they are read and revoked."""
 
     filterset_class = ApiKeyFilterSet
-    list_display = ("key_id", "name", "tenant", "is_platform", "state", "expires_at", "last_used_at", "created_at")
+    list_display = (
+        "key_id",
+        "name",
+        "tenant",
+        "scope_list",
+        "is_platform",
+        "state",
+        "expires_at",
+        "last_used_at",
+        "created_at",
+    )
     list_filter = ("is_platform", "tenant", ("revoked_at", admin.EmptyFieldListFilter))
     search_fields = ("key_id", "name", "tenant__slug")
     fields = (
@@ -135,7 +161,17 @@ class ApiKeyAdmin(FilterSetAdminMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.action(description="Revoke")
+    @admin.display(description="scopes")
+    def scope_list(self, obj: ApiKey) -> str:
+        return ", ".join(obj.scopes) or "-"
+
+    @admin.action(description="Revoke", permissions=["operate"])
     def revoke(self, request, queryset) -> None:
+        changed, unchanged = [], []
         for key in queryset:
+            if key.revoked_at is not None:
+                unchanged.append(f"key {key.key_id} is already revoked")
+                continue
             services.api_key_revoke(actor=admin_principal(request), key=key)
+            changed.append(key.key_id)
+        report_action(self, request, did="Revoked", noun="key(s)", changed=changed, unchanged=unchanged)

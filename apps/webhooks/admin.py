@@ -7,6 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
+from apps.core.admin_actions import report_action
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.errors import Conflict
 from apps.tenants.admin import admin_principal
@@ -104,13 +105,11 @@ class DeliveryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Redeliver now (same webhook-id, fresh retry horizon)")
     def redeliver(self, request, queryset) -> None:
-        done, refused = 0, []
+        done, refused = [], []
         for delivery in queryset:
             try:
                 services.delivery_redeliver(actor=admin_principal(request), delivery=delivery)
-                done += 1
+                done.append(str(delivery.pk))
             except (Conflict, PermissionError) as exc:
                 refused.append(str(exc))
-        messages.success(request, f"{done} deliver{'y' if done == 1 else 'ies'} queued again")
-        for reason in refused:
-            messages.warning(request, reason)
+        report_action(self, request, did="Redelivery queued for", noun="delivery(ies)", changed=done, unchanged=refused)
