@@ -36,6 +36,11 @@ def expand(scopes: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def not_a_scope(scope: object) -> str:
+    """What to tell a caller who asked for `scope`, which is none: every scope there is, to pick from."""
+    return f"{str(scope)!r} is not a scope; the scopes are {', '.join(sorted(ALL_SCOPES))}"
+
+
 def unknown(scopes: Iterable[str]) -> list[str]:
     return sorted(set(scopes) - ALL_SCOPES)
 

@@ -153,6 +153,25 @@ def validate_name(name: Any) -> str:
     return name
 
 
+def job_validate(*, name: Any, spec: Any, name_required: bool = True) -> dict[str, Any]:
+    """What `job_create` checks before writing, every error at once: ValidationError naming each bad field of the
+    name and the spec (`name`, `spec.image`, `spec.resources.cpu`, ...), else the normalized spec. A name of None
+    is checked only when `name_required`."""
+    errors: dict[str, list[str]] = {}
+    if name is not None or name_required:
+        try:
+            validate_name(name)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    try:
+        normalized = _normalized(spec)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return normalized
+
+
 def _spec_errors(exc: serializers.ValidationError) -> ValidationError:
     def flatten(detail: Any, prefix: str) -> dict[str, str]:
         if isinstance(detail, dict):
@@ -185,9 +204,7 @@ def validate_spec(spec: Any) -> dict[str, Any]:
 def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
     """What the job would cost if submitted now, validated as `job_create` validates it (the same field errors);
     nothing is stored. Raises ValidationError naming the field."""
-    if name is not None:
-        validate_name(name)
-    normalized = _normalized(spec)
+    normalized = job_validate(name=name, spec=spec, name_required=False)
     return billing.cost_estimate(
         request=request_of(normalized),
         gpu_type=normalized.get("gpuType") or "",
@@ -197,9 +214,8 @@ def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
 
 @transaction.atomic
 def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job:
-    """Submit a job. Raises ValidationError naming the field (`name`, `spec.distributed.nodes`, ...)."""
-    validate_name(name)
-    normalized = _normalized(spec)
+    """Submit a job. Raises ValidationError naming every bad field at once (`name`, `spec.distributed.nodes`, ...)."""
+    normalized = job_validate(name=name, spec=spec)
     try:
         with transaction.atomic():
             job = Job.all_tenants.create(

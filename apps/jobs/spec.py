@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from apps.core.api.serializers import StrictSerializer
+
 from . import choices as C
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -39,15 +41,8 @@ def _quantity(value: str) -> str:
     return value
 
 
-class _Camel(serializers.Serializer):
-    """Rejects unknown keys, naming them."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
+class _Camel(StrictSerializer):
+    """Rejects unknown keys, naming them with the errors of the known ones (every error of a spec in one answer)."""
 
 
 class ElasticSerializer(_Camel):

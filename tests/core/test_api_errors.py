@@ -1,5 +1,6 @@
 """Every answer of /api/ in the API's own format: bodies over the size limit (413), OPTIONS on every route (never a
-5xx), paths no endpoint has (a JSON 404, DEBUG on or off), and the rate limit's headers."""
+5xx), paths no endpoint has (a JSON 404, DEBUG on or off), the rate limit's headers, and a wrong scope answered with
+the right ones."""
 
 from __future__ import annotations
 
@@ -141,3 +142,13 @@ def test_a_429_says_when_to_come_back_and_every_answer_says_where_the_credential
     assert envelope(answers[3])["type"] == "rate_limited"
     other = client_for(make_key(tenant_a)).get("/api/v1/tenants/")
     assert other.status_code == 200 and other["X-RateLimit-Remaining"] == "2"
+
+
+def test_a_wrong_scope_is_answered_with_the_scopes_there_are(client_a):
+    from apps.core.scopes import ALL_SCOPES
+
+    response = client_a.post("/api/v1/api-keys/", {"name": "k", "scopes": ["jobs:read", "read"]}, format="json")
+    assert response.status_code == 400
+    message = envelope(response)["message"]
+    assert "'read' is not a scope" in message
+    assert all(scope in message for scope in ALL_SCOPES)

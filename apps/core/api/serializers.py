@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 API_VERSION = "gryvia.io/v1alpha1"
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -20,15 +21,24 @@ def snake(name: str) -> str:
 
 
 class StrictSerializerMixin:
-    """Rejects input keys that are not writable fields of the serializer, naming them."""
+    """Rejects input keys that are not writable fields of the serializer, naming them, together with the errors of
+    the fields that are there: a caller fixes a document in one try, not one layer of errors per try."""
 
     def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[str]] = {}
         if isinstance(data, dict):
             writable = {name for name, field in self.fields.items() if not field.read_only}
-            unknown = sorted(set(data) - writable)
-            if unknown:
-                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
+            unknown = {name: ["unknown field"] for name in sorted(set(data) - writable, key=str)}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not unknown:
+                raise
+            known = exc.detail if isinstance(exc.detail, dict) else {api_settings.NON_FIELD_ERRORS_KEY: exc.detail}
+            raise serializers.ValidationError({**unknown, **known}) from exc
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 class StrictModelSerializer(StrictSerializerMixin, serializers.ModelSerializer):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from apps.core.api.serializers import API_VERSION
 
 from .. import choices as C
+from .. import services
 from ..models import Job, JobEvent
 
 
@@ -49,8 +51,20 @@ class JobInputSerializer(serializers.Serializer):
         if name is None and self.name_required:
             errors[field] = ["is required"]
         if errors:
-            raise serializers.ValidationError(errors)
+            raise serializers.ValidationError({**errors, **_content_errors(name, data)})
         return {"name": name, "spec": data["spec"]}
+
+
+def _content_errors(name: Any, data: dict[str, Any]) -> dict[str, list[str]]:
+    """The name's and the spec's own errors (the service checks them), reported with the document's: every error of
+    a manifest in one answer."""
+    if "spec" not in data:
+        return {}
+    try:
+        services.job_validate(name=name, spec=data["spec"], name_required=False)
+    except DjangoValidationError as exc:
+        return exc.message_dict
+    return {}
 
 
 class JobSerializer(serializers.ModelSerializer):

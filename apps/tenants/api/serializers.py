@@ -120,10 +120,23 @@ def _limit(help_text: str, max_value: int = 2**31 - 1) -> serializers.IntegerFie
     )
 
 
+class ScopeField(serializers.ChoiceField):
+    """One API scope; a wrong one is answered with the list of the right ones."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=sorted(S.ALL_SCOPES), **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:  # DRF's says only '"read" is not a valid choice.'
+            raise serializers.ValidationError(S.not_a_scope(data)) from exc
+
+
 class ApiKeySerializer(StrictModelSerializer):
     id = serializers.CharField(source="key_id", read_only=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    scopes = serializers.ListField(child=serializers.ChoiceField(choices=sorted(S.ALL_SCOPES)), allow_empty=False)
+    scopes = serializers.ListField(child=ScopeField(), allow_empty=False)
     state = serializers.CharField(read_only=True)
     # LLM gateway limits, checked by the service (model names as apps.llm defines them).
     allowed_models = serializers.ListField(
