@@ -47,8 +47,9 @@ def test_the_job_page_reads_its_spec_as_yaml_and_its_conditions_as_a_table(staff
     }
     Job.all_tenants.filter(pk=job.pk).update(conditions=[condition])
     page = staff_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
-    assert "<pre>type: training\nimage: python:3.11-slim\n" in page
-    assert "distributed:\n  enabled: true\n  nodes: 2\n" in page
+    spec = page[page.index("<pre>") : page.index("</pre>")]
+    assert "\nimage: python:3.11-slim\n" in spec and "\ntype: training\n" in spec
+    assert "\ndistributed:\n  backend: gloo\n  enabled: true\n  nodes: 2\n" in spec
     assert json.dumps(job.spec) not in page  # no longer one raw JSON line
     assert (
         "<tr><td>Ready</td><td>False</td><td>WorkloadLost</td><td>started again &lt;from&gt; its checkpoint</td>"
