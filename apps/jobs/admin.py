@@ -48,21 +48,21 @@ class JobAdminForm(forms.ModelForm):
         fields = ("tenant", "name", "spec")
 
     def clean(self):
-        """Every error the form can see at once: the name's, and each of the spec's fields'."""
+        """Every error the form can see at once (job_validate's): the name's, and each of the spec's fields'."""
         data = super().clean()
         if self.instance.pk is not None:
             return data
-        if "name" in data:
-            try:
+        try:
+            if "spec" in data:
+                services.job_validate(name=data.get("name"), spec=data["spec"], name_required=False)
+            elif data.get("name") is not None:  # the spec is not JSON (the field says so): the name is still checked
                 services.validate_name(data["name"])
-            except ValidationError as exc:
-                self.add_error("name", exc.messages)
-        if "spec" in data:
-            try:
-                services.validate_spec(data["spec"])
-            except ValidationError as exc:
-                errors = exc.message_dict.items()
-                self.add_error("spec", [f"{f}: {m}" if f != "spec" else m for f, ms in errors for m in ms])
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                if field == "name":
+                    self.add_error("name", messages)
+                else:
+                    self.add_error("spec", [m if field == "spec" else f"{field}: {m}" for m in messages])
         return data
 
 

@@ -196,11 +196,6 @@ def _normalized(spec: Any) -> dict[str, Any]:
         raise _spec_errors(exc) from exc
 
 
-def validate_spec(spec: Any) -> dict[str, Any]:
-    """The spec as `job_create` stores it (normalized), or ValidationError naming each field (`spec.image`, ...)."""
-    return _normalized(spec)
-
-
 def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
     """What the job would cost if submitted now, validated as `job_create` validates it (the same field errors);
     nothing is stored. Raises ValidationError naming the field."""

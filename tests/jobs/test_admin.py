@@ -156,6 +156,15 @@ def test_the_add_form_reports_every_error_at_once(staff_client, tenant_a):
     assert any(e.startswith("spec.type: ") for e in spec_errors), spec_errors
     assert any(e.startswith("spec.image: ") for e in spec_errors), spec_errors
     assert any(e.startswith("spec.gpus: ") for e in spec_errors), spec_errors
+    not_json = (
+        staff_client.post(
+            reverse("admin:jobs_job_add"), {"tenant": tenant_a.pk, "name": "Bad_Name", "spec": "{type: training"}
+        )
+        .context["adminform"]
+        .form.errors
+    )
+    assert not_json["name"] == ["must be a DNS label: lowercase letters, digits and '-'"]
+    assert not_json["spec"] == ["Enter a valid JSON."]
     assert not Job.all_tenants.exists()
     # What the browser posts along: the (empty) events inline's management form.
     inline = {f"{f.formset.prefix}-{n}": 0 for f in response.context["inline_admin_formsets"] for n in _MANAGEMENT}
