@@ -86,7 +86,10 @@ def api_error(response: httpx.Response) -> ApiError:
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
         return ApiError(response.status_code, body["detail"])
     reason = response.reason_phrase or "error"
-    return ApiError(response.status_code, f"HTTP {response.status_code} {reason} from {response.request.url}")
+    error = ApiError(response.status_code, f"HTTP {response.status_code} {reason} from {response.request.url}")
+    if response.status_code == 413:  # a proxy's limit (Gryvia's own 413 names GRYVIA_MAX_BODY_BYTES itself)
+        error.hint = "the request body is larger than the server, or a proxy in front of it, accepts"
+    return error
 
 
 class Client:
