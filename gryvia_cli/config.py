@@ -1,5 +1,9 @@
 """Where the CLI finds its server and credentials: flags, then environment, then the config file.
 
+With none of these naming a server, a `make run` serving on this machine is found from the file it writes into its
+data dir (`$GRYVIA_DATA_DIR/server.json`, else `var/server.json` here or in the checkout the CLI runs from), so the
+CLI reaches it on whatever GRYVIA_PORT it serves; else http://127.0.0.1:8000.
+
 The config file (`--config`, `$GRYVIA_CONFIG`, default `~/.config/gryvia/config.json`) is JSON, written
 atomically with mode 0600:
 
@@ -29,6 +33,9 @@ ENV_URL = "GRYVIA_URL"
 ENV_API_KEY = "GRYVIA_API_KEY"
 ENV_TENANT = "GRYVIA_TENANT"
 ENV_CONFIG = "GRYVIA_CONFIG"
+ENV_DATA_DIR = "GRYVIA_DATA_DIR"
+SERVER_FILE = "server.json"  # written by `manage.py serve` (apps/core/management/commands/serve.py)
+CHECKOUT = Path(__file__).resolve().parent.parent  # the source tree, when installed from one (`make install`)
 
 
 def default_config_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -38,6 +45,39 @@ def default_config_path(env: Mapping[str, str] = os.environ) -> Path:
     base = env.get("XDG_CONFIG_HOME")
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
     return root / "gryvia" / "config.json"
+
+
+def local_server_url(env: Mapping[str, str] = os.environ) -> str | None:
+    """The URL of the server running on this data dir, as it wrote it; None when none is running.
+
+    The data dir is found as `make run` finds it: `$GRYVIA_DATA_DIR`, else `var/` (here, then in the checkout).
+    A file left by a server that died (its pid gone) is ignored.
+    """
+    if env.get(ENV_DATA_DIR):
+        candidates = [Path(env[ENV_DATA_DIR]).expanduser()]
+    else:
+        candidates = [Path("var"), CHECKOUT / "var"]
+    for directory in candidates:
+        try:
+            data = json.loads((directory / SERVER_FILE).read_text(encoding="utf-8"))
+            url, pid = data["url"], int(data["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(url, str) and _alive(pid):
+            return url
+    return None
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # 0 and negative numbers name process groups, not a server
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except PermissionError:  # another user's process: alive
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def normalize_url(url: str) -> str:
@@ -173,10 +213,10 @@ def resolve(
     config_path: str | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> Settings:
-    """Flags beat environment variables, which beat the config file."""
+    """Flags beat environment variables, which beat the config file, which beats a local server's own file."""
     path = Path(config_path).expanduser() if config_path else default_config_path(env)
     config = ConfigFile.load(path)
-    chosen = url or env.get(ENV_URL) or config.url or DEFAULT_URL
+    chosen = url or env.get(ENV_URL) or config.url or local_server_url(env) or DEFAULT_URL
     settings = Settings(url=normalize_url(chosen), config=config)
     settings.tenant = tenant or env.get(ENV_TENANT) or None
     same_server = config.url is not None and normalize_url(config.url) == settings.url

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make run` on an empty data dir: /healthz answers, the admin login page renders, and Ctrl-C (SIGINT to the
-# foreground process group, as a terminal sends it) and SIGTERM (as a process manager sends it, to make alone)
+# `GRYVIA_PORT=8765 make run` on an empty data dir: /healthz answers, the admin login page renders, the README's
+# commands work as written (no URL or key given: the CLI finds the server from the data dir), and Ctrl-C (SIGINT to
+# the foreground process group, as a terminal sends it) and SIGTERM (as a process manager sends it, to make alone)
 # each leave no process behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,15 +15,26 @@ trap 'if [ -n "$leader" ]; then kill -TERM -- -"$leader" 2>/dev/null || true; fi
 
 gryvia=.venv/bin/gryvia
 
-# The hello manifest and the DDP example reach Succeeded; logs stream; the DDP loss goes down.
+# The README's ```bash block that holds $1, as written.
+readme_block() {
+  python3 - "$1" <<'PY'
+import re, sys
+blocks = re.findall(r"```bash\n(.*?)```", open("README.md").read(), re.S)
+print(next(b for b in blocks if sys.argv[1] in b))
+PY
+}
+
+# The README's "Run a job" commands as written: hello and the DDP example reach Succeeded; logs stream; the DDP
+# loss goes down.
 jobs_run() {
   local data=$1
-  $gryvia jobs submit -f examples/training/hello.yaml --wait >"$data/hello.out" 2>&1 || { cat "$data/hello.out"; fail "hello"; }
-  $gryvia jobs logs hello -f >"$data/hello.log" || fail "hello logs"
-  grep -qx '\[0\] rank 0 world 2' "$data/hello.log" && grep -qx '\[1\] rank 1 world 2' "$data/hello.log" \
-    || { cat "$data/hello.log"; fail "hello logs lack the ranks"; }
-  $gryvia jobs submit -f examples/training/ddp.yaml -F >"$data/ddp.log" 2>&1 || { tail -30 "$data/ddp.log"; fail "ddp"; }
-  python3 - "$data/ddp.log" <<'PY' || fail "ddp loss did not go down"
+  bash -euo pipefail -c "$(readme_block 'hello.yaml --wait')" >"$data/readme-jobs.log" 2>&1 \
+    || { tail -40 "$data/readme-jobs.log"; fail "the README's Run a job commands"; }
+  grep -qx '\[0\] rank 0 world 2' "$data/readme-jobs.log" && grep -qx '\[1\] rank 1 world 2' "$data/readme-jobs.log" \
+    || { cat "$data/readme-jobs.log"; fail "hello logs lack the ranks"; }
+  $gryvia jobs logs hello -f >"$data/hello.log" || fail "hello logs -f"
+  grep -qx '\[0\] rank 0 world 2' "$data/hello.log" || { cat "$data/hello.log"; fail "hello logs -f lack the ranks"; }
+  python3 - "$data/readme-jobs.log" <<'PY' || fail "ddp loss did not go down"
 import re, sys
 text = open(sys.argv[1]).read()
 losses = [float(x) for x in re.findall(r"\[0\] rank 0 step \d+ loss ([0-9.]+)", text)]
@@ -70,9 +82,14 @@ one_run() {
   grep -q "body" <<<"$body" || fail "admin stylesheet body"
   grep -q "demo API key" "$data/run.log" || fail "first-start credentials not printed"
   [ "$(stat -c %a "$data/demo-credentials.json")" = 600 ] || fail "credentials file mode"
-  export GRYVIA_URL="http://127.0.0.1:$port" GRYVIA_CONFIG="$data/cli.json"
-  GRYVIA_API_KEY=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['api_key'])" "$data/demo-credentials.json")
-  export GRYVIA_API_KEY
+  grep -q "Gryvia serves on http://127.0.0.1:$port" "$data/run.log" || fail "make run did not print its URL"
+  # Another terminal, as the README has it: the data dir named, no URL, key or port.
+  export GRYVIA_DATA_DIR="$data" GRYVIA_CONFIG="$data/cli.json"
+  unset GRYVIA_URL GRYVIA_API_KEY GRYVIA_PORT
+  bash -euo pipefail -c "$(readme_block 'whoami')" >"$data/readme.log" 2>&1 \
+    || { cat "$data/readme.log"; fail "the README's first commands"; }
+  grep -q "Logged in to http://127.0.0.1:$port" "$data/readme.log" && grep -q '^demo ' "$data/readme.log" \
+    || { cat "$data/readme.log"; fail "the README's login did not reach port $port"; }
   if [ "$signal" = INT ]; then jobs_run "$data"; else long_job "$data"; fi
   if [ "$target" = group ]; then kill -"$signal" -- -"$leader"; else kill -"$signal" "$leader"; fi
   for _ in $(seq 1 40); do

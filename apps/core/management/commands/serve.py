@@ -1,12 +1,18 @@
 """Serve Gryvia with uvicorn (ASGI). Without REDIS_URL the embedded ticker runs reconcilers in this process.
 
+While it serves, $GRYVIA_DATA_DIR/server.json holds its URL and pid: the `gryvia` CLI on this machine reads it, so
+the README's commands reach a server on any GRYVIA_PORT without flags (gryvia_cli.config.local_server_url).
+
 Ctrl-C or SIGTERM stops the server and the ticker, and closes the cluster backend (which, for the local backend,
 ends the workload processes it runs: the job reconciler runs those jobs again from their checkpoints at the next
 start).
 """
 
+import json
 import logging
+import os
 import signal
+from pathlib import Path
 
 import uvicorn
 from django.conf import settings
@@ -45,10 +51,17 @@ class Command(BaseCommand):
                 "REDIS_URL is set: this server runs no periodic work (reconcilers, webhook deliveries, metering). "
                 "Run `make worker` and `make beat` beside it; GET /readyz?verbose reports whether they are seen."
             )
+        port = port or settings.GRYVIA_PORT
+        url = local_url(host, port)
+        advertised = advertise(settings.DATA_DIR / SERVER_FILE, url)
+        self.stdout.write(
+            f"Gryvia serves on {url}: the gryvia CLI finds it from {advertised} (GRYVIA_DATA_DIR), "
+            f"or pass --url {url} / export GRYVIA_URL={url}"
+        )
         config = uvicorn.Config(
             application,
             host=host,
-            port=port or settings.GRYVIA_PORT,
+            port=port,
             lifespan="off",
             log_level="info",
             timeout_graceful_shutdown=10,
@@ -60,8 +73,38 @@ class Command(BaseCommand):
         try:
             uvicorn.Server(config).run()
         finally:
+            withdraw(advertised)
             if ticker is not None:
                 ticker.stop()
             meter.stop()  # the gateway's last usage rows
             set_backend(None)
             self.stdout.write("Gryvia stopped")
+
+
+SERVER_FILE = "server.json"  # the name gryvia_cli.config reads
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses: a wildcard bind is reached at loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def advertise(path: Path, url: str) -> Path:
+    """Write {"url", "pid"} whole (a rename), readable by all: it holds no secret."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def withdraw(path: Path) -> None:
+    """Remove the file if it is still this process's (another server may have started on the data dir since)."""
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
