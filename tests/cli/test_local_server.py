@@ -41,6 +41,12 @@ def test_the_url_comes_from_flags_then_env_then_login_then_the_running_server(tm
     assert resolve(env=env).url == "http://127.0.0.1:9003"  # a logged-in context wins over the local server
 
 
+def test_without_gryvia_data_dir_the_cli_looks_in_var_as_make_run_writes_it(tmp_path, config_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the checkout, where `make run` keeps var/ when GRYVIA_DATA_DIR is unset
+    _server_file(tmp_path / "var", "http://127.0.0.1:8765", os.getpid())
+    assert resolve(env={"GRYVIA_CONFIG": str(config_path)}).url == "http://127.0.0.1:8765"
+
+
 def test_a_server_file_left_by_a_dead_server_or_another_data_dir_is_not_used(tmp_path, config_path):
     data = tmp_path / "data"
     dead = subprocess.Popen(["true"])
