@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.tenants.admin import admin_principal
 
 from . import services
@@ -38,7 +39,7 @@ class GpuSkuAdminForm(forms.ModelForm):
 
 
 @admin.register(GpuSku)
-class GpuSkuAdmin(admin.ModelAdmin):
+class GpuSkuAdmin(UnchangedSaveAdminMixin, admin.ModelAdmin):
     """The catalog. Saves and deletes go through apps.billing.services (platform staff only, audited)."""
 
     form = GpuSkuAdminForm

@@ -7,6 +7,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.tenants.admin import admin_principal
 
 from . import budgets
@@ -35,7 +36,7 @@ class BudgetAdminForm(forms.ModelForm):
 
 
 @admin.register(Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(UnchangedSaveAdminMixin, admin.ModelAdmin):
     """Budgets. Saves and deletes go through apps.billing.budgets (permission-checked, audited)."""
 
     form = BudgetAdminForm

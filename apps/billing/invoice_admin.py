@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
+from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.core.errors import Conflict
 from apps.tenants.admin import admin_principal
 
@@ -121,7 +122,7 @@ class TenantCostCenterInline(admin.TabularInline):
 
 
 @admin.register(CostCenter)
-class CostCenterAdmin(admin.ModelAdmin):
+class CostCenterAdmin(UnchangedSaveAdminMixin, admin.ModelAdmin):
     """Cost centers; saves and deletes go through apps.billing.chargeback (platform admins, audited)."""
 
     form = CostCenterAdminForm

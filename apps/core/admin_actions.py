@@ -1,5 +1,5 @@
-"""What the admin's actions share: a report of what an action did, and read-only pages for objects that are
-only ever changed through actions (jobs, API keys).
+"""What the admin's actions and Saves share: a report of what an action did, read-only pages for objects that are
+only ever changed through actions (jobs, API keys), and a Save that changed nothing saying so.
 
 An action that changed nothing must not read as a success: the operator who selects a finished job and clicks
 Cancel is told that nothing was cancelled, and why.
@@ -47,4 +47,20 @@ class ActionsOnlyAdminMixin:
         return super().has_change_permission(request)
 
 
-__all__ = ["ActionsOnlyAdminMixin", "report_action"]
+class UnchangedSaveAdminMixin:
+    """A Save with no field edited reports "Nothing changed" (a warning) instead of Django's "was changed
+    successfully", which reads as if something had."""
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        message = super().construct_change_message(request, form, formsets, add)
+        request._gryvia_unchanged = not add and not message
+        return message
+
+    def message_user(self, request, message, level=messages.INFO, *args, **kwargs) -> None:
+        if level == messages.SUCCESS and getattr(request, "_gryvia_unchanged", False):
+            request._gryvia_unchanged = False
+            message, level = "Nothing changed: no field was edited.", messages.WARNING
+        super().message_user(request, message, level, *args, **kwargs)
+
+
+__all__ = ["ActionsOnlyAdminMixin", "UnchangedSaveAdminMixin", "report_action"]

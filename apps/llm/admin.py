@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.tenants.admin import admin_principal
 
@@ -26,7 +27,7 @@ def _form_errors(form: forms.Form, exc: ValidationError) -> None:
         form.add_error(field if field in form.fields else None, messages)
 
 
-class _SharedOrTenantAdmin(FilterSetAdminMixin, admin.ModelAdmin):
+class _SharedOrTenantAdmin(UnchangedSaveAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     @admin.display(description="Tenant", ordering="tenant__slug")
     def owner(self, obj) -> str:
         return obj.tenant.slug if obj.tenant_id else "(shared)"

@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.tenants.admin import admin_principal
 
@@ -21,7 +22,7 @@ def _form_error(exc: ValidationError) -> forms.ValidationError:
     return forms.ValidationError(exc.messages)
 
 
-class _ServiceAdmin(FilterSetAdminMixin, admin.ModelAdmin):
+class _ServiceAdmin(UnchangedSaveAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     """Saves and deletes through `create`/`update`/`delete` services named by `service` (e.g. "cohort")."""
 
     service = ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db import transaction
 
-from apps.core.admin_actions import ActionsOnlyAdminMixin, report_action
+from apps.core.admin_actions import ActionsOnlyAdminMixin, UnchangedSaveAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.principal import Principal
 
@@ -19,7 +19,7 @@ def admin_principal(request) -> Principal:
 
 
 @admin.register(Tenant)
-class TenantAdmin(FilterSetAdminMixin, admin.ModelAdmin):
+class TenantAdmin(UnchangedSaveAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     filterset_class = TenantFilterSet
     list_display = ("slug", "display_name", "status_phase", "suspended", "max_gpus", "archived_at", "created_at")
     list_filter = ("status_phase", "suspended", ("archived_at", admin.EmptyFieldListFilter))
@@ -93,7 +93,7 @@ class TenantAdmin(FilterSetAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(UnchangedSaveAdminMixin, admin.ModelAdmin):
     list_display = ("user", "tenant", "role", "cluster_identity", "created_at")
     list_filter = ("role", "tenant")
     search_fields = ("user__username", "tenant__slug", "cluster_identity")

@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
-from apps.core.admin_actions import report_action
+from apps.core.admin_actions import UnchangedSaveAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.errors import Conflict
 from apps.tenants.admin import admin_principal
@@ -33,7 +33,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(FilterSetAdminMixin, admin.ModelAdmin):
+class WebhookEndpointAdmin(UnchangedSaveAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     form = WebhookEndpointForm
     filterset_class = WebhookEndpointFilterSet
     list_display = ("id", "tenant", "url", "format", "enabled", "consecutive_failures", "created_at")

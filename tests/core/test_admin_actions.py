@@ -82,3 +82,29 @@ def test_archive_warns_on_an_archived_tenant(staff_client, tenant_a):
         (constants.WARNING, f"Nothing done: tenant {tenant_a.slug} is already archived")
     ]
     assert AuditEntry.all_tenants.filter(action="tenant.archive", object_id=tenant_a.slug).count() == 1
+
+
+def _as_posted(form) -> dict:
+    """What a browser posts back for a form left as it was shown."""
+    data = {}
+    for name in form.fields:
+        value = form[name].value()
+        if value is not None and value is not False:
+            data[name] = "on" if value is True else value
+            if form.fields[name].show_hidden_initial:  # fields with a callable default render their initial too
+                data[form[name].html_initial_name] = data[name]
+    return data
+
+
+def test_a_save_that_changed_nothing_says_so(staff_client, tenant_a):
+    url = reverse("admin:tenants_tenant_change", args=[tenant_a.pk])
+    shown = _as_posted(staff_client.get(url).context["adminform"].form)
+    response = staff_client.post(url, shown, follow=True)
+    assert [(m.level, m.message) for m in response.context["messages"]] == [
+        (constants.WARNING, "Nothing changed: no field was edited.")
+    ]
+    assert not AuditEntry.all_tenants.filter(action="tenant.update", object_id=tenant_a.slug).exists()
+    response = staff_client.post(url, {**shown, "display_name": "Renamed"}, follow=True)
+    [(level, message)] = [(m.level, m.message) for m in response.context["messages"]]
+    assert level == constants.SUCCESS and "changed successfully" in message
+    assert Tenant.objects.get(pk=tenant_a.pk).display_name == "Renamed"
