@@ -37,7 +37,7 @@ from .invoice_serializers import (
     PaySerializer,
     VoidSerializer,
 )
-from .stripe import stripe_errors
+from .stripe import STRIPE_RESPONSES, stripe_errors
 
 CSV_COLUMNS = (
     "invoice",
@@ -208,7 +208,7 @@ class InvoiceViewSet(
             )
         return Response(InvoiceSerializer(invoice).data)
 
-    @extend_schema(request=None, responses={200: InvoiceSerializer})
+    @extend_schema(request=None, responses={200: InvoiceSerializer, **STRIPE_RESPONSES})
     @action(detail=True, methods=["post"])
     def stripe(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Send a finalized invoice to Stripe (test mode): customer, invoice, items, finalized there (503 without a

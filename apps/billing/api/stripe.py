@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import AllowAny
@@ -34,6 +34,14 @@ class StripeFailedError(exceptions.APIException):
     status_code = 502
     default_code = "stripe_failed"
     default_detail = "Stripe refused the call or could not be reached; sending again is safe"
+
+
+# The answers of the operations that call Stripe besides their 2xx, in the schema so clients (and the fuzzing test)
+# know a 503 there means "not configured", not a server error.
+STRIPE_RESPONSES = {
+    502: OpenApiResponse(description=StripeFailedError.default_detail),
+    503: OpenApiResponse(description="Stripe is not configured: no test-mode key (sk_test_) or webhook secret"),
+}
 
 
 @contextmanager
@@ -96,7 +104,7 @@ class StripeWebhookView(APIView):
         auth=[],
         request={"application/json": OpenApiTypes.OBJECT},
         parameters=[OpenApiParameter("Stripe-Signature", str, OpenApiParameter.HEADER, required=True)],
-        responses={200: WebhookResultSerializer},
+        responses={200: WebhookResultSerializer, **STRIPE_RESPONSES},
     )
     def post(self, request: Request) -> Response:
         length = request.META.get("CONTENT_LENGTH") or "0"

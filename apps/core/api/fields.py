@@ -33,7 +33,12 @@ class InstantField(serializers.Field):
             return midnight + _DAY if self.end_of_day else midnight
         if moment is None:
             self.fail("invalid")
-        return moment.replace(tzinfo=dt.UTC) if timezone.is_naive(moment) else moment.astimezone(dt.UTC)
+        if timezone.is_naive(moment):
+            return moment.replace(tzinfo=dt.UTC)
+        try:
+            return moment.astimezone(dt.UTC)
+        except OverflowError:  # e.g. 0001-01-01T00:00+01:00, before year 1 in UTC
+            self.fail("invalid")
 
     def to_representation(self, value: dt.datetime) -> str:
         return value.isoformat()

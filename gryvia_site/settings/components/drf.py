@@ -8,7 +8,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.core.api.permissions.ScopedAccess"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "apps.core.api.parsers.JSONParser",
         "apps.core.api.parsers.YAMLParser",
         "apps.core.api.parsers.XYAMLParser",
         "apps.core.api.parsers.TextYAMLParser",
