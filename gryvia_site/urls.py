@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.core import views as core_views
 from apps.core.admin_site import favicon
@@ -15,7 +15,8 @@ api_v1 = [
     path("", include("apps.billing.api.urls")),
     path("", include("apps.webhooks.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("schema/ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="schema-ui"),
+    # The split view serves its start-up script as a file: the page runs under a CSP without inline scripts.
+    path("schema/ui/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="schema-ui"),
 ]
 
 urlpatterns = [

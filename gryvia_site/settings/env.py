@@ -5,10 +5,13 @@ Settings are chosen by environment only: the same code runs the embedded and the
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import secrets
 import string
 from pathlib import Path
+from typing import NoReturn
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -53,12 +56,28 @@ def data_dir() -> Path:
     return path
 
 
-def is_weak_secret(value: str, *, min_length: int = 50, min_unique: int = 5) -> bool:
-    """Django's own rule for SECRET_KEY (security.W009), applied to every server secret."""
-    return len(value) < min_length or len(set(value)) < min_unique or value.startswith("django-insecure-")
+def is_weak_secret(value: str, *, min_length: int = 50, min_unique: int = 5, fernet_key_ok: bool = False) -> bool:
+    """Django's own rule for SECRET_KEY (security.W009), applied to every server secret. With `fernet_key_ok`, a
+    `Fernet.generate_key()` value (32 random bytes, url-safe base64: 44 characters, 256 bits) also passes."""
+    if value.startswith("django-insecure-") or len(set(value)) < min_unique:
+        return True
+    return len(value) < min_length and not (fernet_key_ok and is_fernet_key(value))
 
 
-def secret_from_env_or_file(env_name: str, file_name: str, *, production: bool) -> str:
+def is_fernet_key(value: str) -> bool:
+    try:
+        return len(value) == 44 and len(base64.urlsafe_b64decode(value.encode())) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+def refuse_to_start(message: str) -> NoReturn:
+    """Stop a process whose configuration cannot work, with one line on stderr (exit status 1), not a traceback:
+    settings are read before anything else, so this reaches `manage.py`, uvicorn and Celery alike."""
+    raise SystemExit(f"Gryvia cannot start: {message}")
+
+
+def secret_from_env_or_file(env_name: str, file_name: str, *, production: bool, fernet_key_ok: bool = False) -> str:
     """Read a server secret from the environment, or generate it once into the data dir (mode 0600).
 
     In production the secret must come from the environment and must be strong: generating one per pod would give
@@ -66,13 +85,15 @@ def secret_from_env_or_file(env_name: str, file_name: str, *, production: bool) 
     """
     value = env_str(env_name)
     if value:
-        if production and is_weak_secret(value):
-            raise ImproperlyConfigured(
-                f"{env_name} is too weak for production: use at least 50 characters with at least 5 distinct ones"
+        if production and is_weak_secret(value, fernet_key_ok=fernet_key_ok):
+            accepted = " (or a Fernet.generate_key() value)" if fernet_key_ok else ""
+            refuse_to_start(
+                f"{env_name} is too weak for production: use at least 50 characters with at least 5 distinct "
+                f"ones{accepted}"
             )
         return value
     if production:
-        raise ImproperlyConfigured(f"{env_name} must be set in production (GRYVIA_ENV=production)")
+        refuse_to_start(f"{env_name} must be set in production (GRYVIA_ENV=production)")
     path = data_dir() / file_name
     if path.exists():
         return path.read_text().strip()

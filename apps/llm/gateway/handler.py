@@ -20,6 +20,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_urlconf
 
+from apps.core.security import query_credential_refusal
+
 from .errors import error_response
 
 URLCONF = "apps.llm.gateway.urls"
@@ -39,7 +41,8 @@ class GatewayHandler(ASGIHandler):
     async def get_response_async(self, request):
         set_urlconf(URLCONF)
         request.urlconf = URLCONF
-        return await self._middleware_chain(request)
+        # The one site-wide rule this handler keeps: a key in the query string is refused, as everywhere else.
+        return query_credential_refusal(request) or await self._middleware_chain(request)
 
     async def __call__(self, scope, receive, send) -> None:
         await self.handle(scope, receive, send)

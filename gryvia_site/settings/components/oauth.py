@@ -2,7 +2,7 @@
 
 import os
 
-from ..env import env_int, env_str, write_once
+from ..env import env_int, env_str, refuse_to_start, write_once
 from .core import DATA_DIR, GRYVIA_PORT, PRODUCTION
 
 # Where people reach Gryvia: used in links handed to them (the device flow's verification address).
@@ -16,9 +16,7 @@ def _oidc_private_key() -> str:
     if value:
         return value
     if PRODUCTION:  # one key for every replica, managed as a secret
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured("GRYVIA_OIDC_RSA_PRIVATE_KEY must be set in production (GRYVIA_ENV=production)")
+        refuse_to_start("GRYVIA_OIDC_RSA_PRIVATE_KEY must be set in production (GRYVIA_ENV=production)")
     path = DATA_DIR / "oidc_rsa_key.pem"
     if path.exists():
         return path.read_text()
@@ -32,6 +30,16 @@ def _oidc_private_key() -> str:
     return write_once(path, pem)
 
 
+# The grants Gryvia serves: authorization code (PKCE S256 required), the device flow, client credentials, and the
+# refresh of what they issued. The validator (apps.tenants.oauth) refuses every other grant and response type, and
+# discovery advertises exactly these.
+GRYVIA_OAUTH_GRANT_TYPES = [
+    "authorization_code",
+    "urn:ietf:params:oauth:grant-type:device_code",
+    "client_credentials",
+    "refresh_token",
+]
+
 OAUTH2_PROVIDER = {
     "PKCE_REQUIRED": True,
     "OIDC_ENABLED": True,
@@ -44,8 +52,28 @@ OAUTH2_PROVIDER = {
     },
     "DEFAULT_SCOPES": ["read", "write"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("GRYVIA_OAUTH_TOKEN_SECONDS", 3600),
+    # `http` stays for RFC 8252 loopback redirects of native clients (the gryvia CLI listens on 127.0.0.1): the
+    # validator refuses an http redirect to any other host. Hence oauth2_provider.W008 is silenced in core.py.
     "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
     # RFC 8628 device authorization: `gryvia login` on a machine without a browser.
     "OAUTH_DEVICE_VERIFICATION_URI": f"{GRYVIA_PUBLIC_URL}/o/device/",
+    # RFC 9700 (OAuth 2.0 Security BCP), enforced rather than warned about: no implicit or password grant, PKCE S256
+    # only, no access token in a query string, the RFC 9207 `iss` in authorization responses, access and refresh
+    # tokens stored as SHA-256 digests only (a read of the database yields no usable token), and a replayed refresh
+    # token revokes its whole family. The config gates turn a regression of these settings into an error.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    # Discovery (RFC 8414 and OpenID) names only what is served.
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OIDC_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": GRYVIA_OAUTH_GRANT_TYPES,
 }
 OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"

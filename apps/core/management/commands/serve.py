@@ -22,6 +22,7 @@ from apps.cluster.backends import claim_local_node, set_backend
 from apps.cluster.backends.local_node import NodeBusyError
 from apps.core.heap import freeze_startup_heap
 from apps.core.periodic import Ticker
+from apps.core.security import AccessLogScrubber
 from apps.llm.gateway.meter import meter
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class Command(BaseCommand):
             log_level="info",
             timeout_graceful_shutdown=10,
         )
+        # After Config, which installs uvicorn's logging: no credential in a query string reaches the log.
+        for name in ("uvicorn.access", "uvicorn.error"):
+            logging.getLogger(name).addFilter(AccessLogScrubber())
         # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM action that
         # would end this process before the cleanup below. Quiet handlers let the cleanup run first.
         signal.signal(signal.SIGTERM, lambda *_: None)
