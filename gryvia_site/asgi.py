@@ -1,5 +1,5 @@
 """ASGI entry point: HTTP goes to Django (/v1/ to the LLM gateway's own handler), websockets to Channels consumers
-(authenticated, origin-checked)."""
+(origin-checked: scheme, host and port; then authenticated, apps.core.ws)."""
 
 import os
 
@@ -14,9 +14,8 @@ if settings.GRYVIA_SERVE_STATIC:
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from apps.core.ws import CredentialAuthMiddleware  # noqa: E402
+from apps.core.ws import CredentialMiddleware, OriginValidator  # noqa: E402
 from apps.llm.gateway.handler import GatewayHandler, is_gateway_path  # noqa: E402
 from gryvia_site.ws_routing import websocket_urlpatterns  # noqa: E402
 
@@ -34,6 +33,6 @@ async def http_app(scope, receive, send):
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(CredentialAuthMiddleware(URLRouter(websocket_urlpatterns))),
+        "websocket": OriginValidator(CredentialMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -8,11 +8,13 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         # drf-spectacular finds its extensions by import (its documented way to register them).
+        from django.conf import settings
         from django.db.backends.signals import connection_created
-        from django.db.models.signals import post_migrate
+        from django.db.models.signals import post_delete, post_migrate
 
         from . import (
             epochs,
+            liveauth,
             pgtime,
             prepared,  # noqa: F401  (registers the `any_of` lookup on every field)
         )
@@ -22,3 +24,10 @@ class CoreConfig(AppConfig):
         connection_created.connect(pgtime.install, dispatch_uid="gryvia-fast-timestamptz")
         # The table epochs' triggers, after every migrate (apps.core.epochs).
         post_migrate.connect(epochs.on_post_migrate, dispatch_uid="gryvia-table-epochs")
+        # A deleted OAuth access token (revoked, refreshed, deleted in the admin) closes the sockets it opened: the
+        # toolkit sends no signal of its own for that (apps.core.liveauth).
+        post_delete.connect(
+            liveauth.on_access_token_deleted,
+            sender=settings.OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL,
+            dispatch_uid="gryvia-live-token-deleted",
+        )

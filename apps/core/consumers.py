@@ -3,74 +3,162 @@
 {"action": "subscribe", "tenant": "<slug>"}
 {"action": "subscribe", "kind": "api_key", "id": "<key id>"}
 {"action": "unsubscribe", ...same...}
+
+The socket lives as long as its credential (apps.core.liveauth): it is checked again on every subscribe, at its
+expiry and when a change to it is announced. Close codes: 4401, no credential or one that no longer authenticates;
+4403, the credential still authenticates but lost access to something this socket subscribed to.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import events
+from . import events, liveauth
 from .principal import Principal
 
-
-@database_sync_to_async
-def _tenant_group(principal: Principal, slug: str) -> str | None:
-    from apps.tenants.selectors import tenant_get_visible
-
-    tenant = tenant_get_visible(principal=principal, slug=slug)
-    return events.tenant_group(tenant.pk) if tenant is not None else None
+Target = tuple[str, ...]  # ("tenant", slug) or ("object", kind, id)
+_EXPIRY_SLACK_S = 0.05  # past the expiry, so the check sees it expired
 
 
 @database_sync_to_async
-def _object_group(principal: Principal, kind: str, object_id: str) -> str | None:
+def _groups_for(principal: Principal, target: Target) -> frozenset[str]:
+    """The groups `target` is delivered on, as far as `principal` may watch it (empty: absent or forbidden)."""
+    if target[0] == "tenant":
+        from apps.tenants.selectors import tenant_get_visible
+
+        tenant = tenant_get_visible(principal=principal, slug=target[1])
+        return frozenset({events.tenant_group(tenant.pk)}) if tenant is not None else frozenset()
+    _, kind, object_id = target
     path = settings.GRYVIA_WS_OBJECT_KINDS.get(kind)
     if path is None:
-        return None
-    visible = import_string(path)(principal=principal, object_id=object_id)
-    return events.object_group(kind, object_id) if visible else None
+        return frozenset()
+    tenant_ids = import_string(path)(principal=principal, object_id=object_id)
+    return frozenset(events.object_group(tenant_id, kind, object_id) for tenant_id in tenant_ids)
+
+
+_authenticate = database_sync_to_async(liveauth.authenticate)
 
 
 class EventsConsumer(AsyncJsonWebsocketConsumer):
+    """One client's live events: the groups it subscribed to, while its credential holds."""
+
     async def connect(self) -> None:
-        self.principal: Principal | None = self.scope.get("principal")
-        if self.principal is None:
-            await self.close(code=4401)
-            return
-        self.groups_joined: set[str] = set()
+        self.principal: Principal | None = None
+        self.auth_groups: frozenset[str] = frozenset()
+        self.subscriptions: dict[Target, frozenset[str]] = {}
+        self.expiry_timer: asyncio.Task | None = None
+        self.ended = False
+        # Accepted first: a socket closed before it is accepted is an HTTP 403 to the client, who would never see
+        # the close code that says why (4401).
         await self.accept()
+        credential = self.scope.get("credential")
+        if credential is None or not await self._check_credential():
+            await self._end(4401, "no valid credential")
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_joined", set()):
+        self.ended = True
+        if getattr(self, "expiry_timer", None) is not None:
+            self.expiry_timer.cancel()
+        joined = set(getattr(self, "auth_groups", ()))
+        for groups in getattr(self, "subscriptions", {}).values():
+            joined |= groups
+        for group in joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.ended:
+            return
         if not isinstance(content, dict) or content.get("action") not in ("subscribe", "unsubscribe"):
             await self.send_json({"type": "error", "message": "action must be 'subscribe' or 'unsubscribe'"})
             return
         if "tenant" in content:
-            group = await _tenant_group(self.principal, str(content["tenant"]))
+            target: Target = ("tenant", str(content["tenant"]))
             what = f"tenant {content['tenant']!r}"
         elif "kind" in content and "id" in content:
-            group = await _object_group(self.principal, str(content["kind"]), str(content["id"]))
+            target = ("object", str(content["kind"]), str(content["id"]))
             what = f"{content['kind']} {content['id']!r}"
         else:
             await self.send_json({"type": "error", "message": "name a 'tenant', or a 'kind' and an 'id'"})
             return
-        if group is None:  # the same answer for absent and forbidden: no existence leak
+        if content["action"] == "unsubscribe":
+            for group in self.subscriptions.pop(target, frozenset()):
+                if not self._joined_elsewhere(group):
+                    await self.channel_layer.group_discard(group, self.channel_name)
+            await self.send_json({"type": "unsubscribed", "target": what})
+            return
+        if not await self.recheck():  # a credential that died since the last check subscribes to nothing
+            return
+        groups = await _groups_for(self.principal, target)
+        if not groups:  # the same answer for absent and forbidden: no existence leak
             await self.send_json({"type": "error", "message": f"{what} not found"})
             return
-        if content["action"] == "subscribe":
+        for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
-            self.groups_joined.add(group)
-        else:
+        self.subscriptions[target] = self.subscriptions.get(target, frozenset()) | groups
+        await self.send_json({"type": "subscribed", "target": what})
+
+    def _joined_elsewhere(self, group: str) -> bool:
+        return any(group in groups for groups in self.subscriptions.values())
+
+    # --- the credential, checked again -------------------------------------------------------------------------
+
+    async def gryvia_credentials(self, message: dict[str, Any]) -> None:
+        """A change to this socket's credential, tenant or memberships was announced (apps.core.liveauth)."""
+        await self.recheck()
+
+    async def recheck(self) -> bool:
+        """Check the credential and every subscription again; end the socket if either no longer holds."""
+        if self.ended:
+            return False
+        before = self.principal
+        if not await self._check_credential():
+            await self._end(4401, "the credential was revoked or expired")
+            return False
+        if self.principal != before:
+            for target, groups in list(self.subscriptions.items()):
+                if not groups <= await _groups_for(self.principal, target):
+                    await self._end(4403, "access to a subscription was withdrawn")
+                    return False
+        return True
+
+    async def _check_credential(self) -> bool:
+        found = await _authenticate(self.scope["credential"])
+        if found is None or self.ended:
+            return False
+        self.principal = found.principal
+        for group in found.groups - self.auth_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        for group in self.auth_groups - found.groups:
             await self.channel_layer.group_discard(group, self.channel_name)
-            self.groups_joined.discard(group)
-        await self.send_json({"type": content["action"] + "d", "target": what})
+        self.auth_groups = found.groups
+        self._schedule_expiry(found.expires_at)
+        return True
+
+    def _schedule_expiry(self, expires_at: Any) -> None:
+        if self.expiry_timer is not None and self.expiry_timer is not asyncio.current_task():
+            self.expiry_timer.cancel()
+        self.expiry_timer = None
+        if expires_at is not None:
+            delay = max(0.0, (expires_at - timezone.now()).total_seconds()) + _EXPIRY_SLACK_S
+            self.expiry_timer = asyncio.get_running_loop().create_task(self._at_expiry(delay))
+
+    async def _at_expiry(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.recheck()
+
+    async def _end(self, code: int, reason: str) -> None:
+        if not self.ended:
+            self.ended = True  # nothing more is delivered, even what is queued already
+            await self.close(code=code, reason=reason)
+
+    # --- events ------------------------------------------------------------------------------------------------
 
     async def gryvia_event(self, message: dict[str, Any]) -> None:
         await self._deliver(message["event"])
@@ -81,6 +169,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
             await self._deliver(event)
 
     async def _deliver(self, event: dict[str, Any]) -> None:
+        if self.ended:
+            return
         event = dict(event)
         tenant_id, scope = event.pop("_tenant_id", None), event.pop("_scope", None)
         if not self.principal.has_scope(scope, tenant_id):

@@ -1,12 +1,14 @@
 """Live events over Channels, sent only after the transaction that caused them commits.
 
-Groups: `t<tenant_id>` for everything in a tenant, `o.<kind>.<id>` for one object, and `platform` for
-platform-level changes. Consumers check access before joining any group (apps.core.consumers).
+Groups are named by tenant: `t<tenant_id>` for everything in a tenant, `t<tenant_id>.o.<kind>.<id>` for one object
+of it (two tenants' jobs of one name are two groups), and `platform` / `platform.o.<kind>.<id>` for platform-level
+changes. Consumers check access before joining any group (apps.core.consumers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import logging
 import os
@@ -28,11 +30,17 @@ def tenant_group(tenant_id: int) -> str:
     return f"t{tenant_id}"
 
 
-def object_group(kind: str, object_id: str) -> str:
-    return _UNSAFE.sub("_", f"o.{kind}.{object_id}")[:99]
-
-
 PLATFORM_GROUP = "platform"
+
+
+def object_group(tenant_id: int | None, kind: str, object_id: str) -> str:
+    """The group of one object, within its tenant's name (None: a platform-level object)."""
+    owner = tenant_group(tenant_id) if tenant_id is not None else PLATFORM_GROUP
+    name = f"{owner}.o.{kind}.{object_id}"
+    safe = _UNSAFE.sub("_", name)
+    if safe != name or len(safe) > 99:  # channel layers take [A-Za-z0-9._-], under 100: a digest keeps ids apart
+        safe = f"{safe[:50]}.{hashlib.sha256(name.encode()).hexdigest()[:40]}"
+    return safe
 
 
 # Sends from plain sync threads (reconcilers, Celery tasks, management commands) run on one event loop per
@@ -127,7 +135,10 @@ def read_scope(kind: str) -> str | None:
 def _delivery(
     *, tenant_id: int | None, kind: str, object_id: str, event: str, data: dict[str, Any] | None
 ) -> tuple[list[str], dict[str, Any]]:
-    groups = [tenant_group(tenant_id) if tenant_id is not None else PLATFORM_GROUP, object_group(kind, object_id)]
+    groups = [
+        tenant_group(tenant_id) if tenant_id is not None else PLATFORM_GROUP,
+        object_group(tenant_id, kind, object_id),
+    ]
     message = {
         "event": event,
         "kind": kind,

@@ -89,13 +89,13 @@ def submitted_jobs(*, decided: list[int], tenants: dict[int, Tenant]) -> list[Jo
     return with_tenants(_SUBMITTED.models(Job, decided=decided), tenants)
 
 
-def job_visible(*, principal: Principal, object_id: str) -> bool:
-    """Whether `principal` may watch the job named `object_id` (websocket subscriptions)."""
+def job_visible(*, principal: Principal, object_id: str) -> list[int]:
+    """The tenants in which `principal` may watch a job named `object_id` (websocket subscriptions; empty: none)."""
     tenants = principal.tenants_with("jobs:read")
     qs = Job.all_tenants.filter(name=object_id)
     if tenants is not ALL_TENANTS:
         qs = qs.filter(tenant_id__in=tenants)
-    return qs.exists()
+    return sorted(set(qs.values_list("tenant_id", flat=True)))
 
 
 # --- queue positions, read (never stored: they move whenever a job ahead starts or leaves) ------------------------

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
@@ -33,12 +36,23 @@ def memberships_of_user(*, user_id: int) -> QuerySet[Membership]:
     return Membership.all_tenants.filter(user_id=user_id, tenant__archived_at__isnull=True)
 
 
-def api_key_visible(*, principal: Principal, object_id: str) -> bool:
-    """Whether `principal` may watch the API key `object_id` (websocket subscriptions)."""
+def api_key_visible(*, principal: Principal, object_id: str) -> list[int]:
+    """The tenant in which `principal` may watch the API key `object_id` (websocket subscriptions; empty: none)."""
     from .models import ApiKey
 
     tenants = principal.tenants_with("keys:read")
     qs = ApiKey.all_tenants.filter(key_id=object_id)
     if tenants is not ALL_TENANTS:
         qs = qs.filter(tenant_id__in=tenants)
-    return qs.exists()
+    return sorted(set(qs.values_list("tenant_id", flat=True)))
+
+
+def api_key_next_expiry(*, key_pk: int) -> dt.datetime | None:
+    """The next moment this key, or the secret it had before a rotation, stops authenticating by itself (None: none
+    ahead): when an open websocket checks its key again (apps.core.liveauth)."""
+    from .models import ApiKey
+
+    row = ApiKey.all_tenants.filter(pk=key_pk).values("expires_at", "previous_valid_until").first() or {}
+    now = timezone.now()
+    ahead = [moment for moment in row.values() if moment is not None and moment > now]
+    return min(ahead, default=None)

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.core import liveauth
 from apps.core import scopes as S
 from apps.core.audit import audit_record, snapshot
 from apps.core.errors import Conflict
@@ -112,6 +113,8 @@ def tenant_update(*, actor: Principal, tenant: Tenant, **changes: Any) -> Tenant
     nudge(RECONCILE)
     if any(before[f] != after[f] for f in ("suspended", "tokens_per_day")):
         _routes_changed()
+    if after["suspended"] and not before["suspended"]:
+        liveauth.credentials_changed(liveauth.tenant_group(tenant.pk))  # its open sockets stop (apps.core.liveauth)
     return tenant
 
 
@@ -135,6 +138,7 @@ def tenant_archive(*, actor: Principal, tenant: Tenant) -> Tenant:
     _audit(actor, "tenant.archive", tenant, tenant, before, snapshot(tenant, Tenant.AUDIT_FIELDS))
     nudge(RECONCILE)
     _routes_changed()
+    liveauth.credentials_changed(liveauth.tenant_group(tenant.pk))
     return tenant
 
 
@@ -227,6 +231,7 @@ def membership_update(*, actor: Principal, membership: Membership, **changes: An
     membership.save()
     _audit(actor, "membership.update", membership, membership.tenant, before, after)
     _bump(membership.tenant)
+    liveauth.credentials_changed(liveauth.user_group(membership.user_id))
     return membership
 
 
@@ -236,8 +241,10 @@ def membership_remove(*, actor: Principal, membership: Membership) -> None:
     before = snapshot(membership, Membership.AUDIT_FIELDS)
     tenant = membership.tenant
     _audit(actor, "membership.delete", membership, tenant, before, None)
+    user_id = membership.user_id
     membership.delete()
     _bump(tenant)
+    liveauth.credentials_changed(liveauth.user_group(user_id))  # the user's open sockets lose the tenant
 
 
 # --- API keys --------------------------------------------------------------------------------------------------
@@ -331,6 +338,8 @@ def api_key_update(*, actor: Principal, key: ApiKey, **changes: Any) -> ApiKey:
         key.save()
         _audit(actor, "api_key.update", key, key.tenant, before, after)
         _routes_changed()
+        if before["expires_at"] != after["expires_at"]:
+            liveauth.credentials_changed(liveauth.key_group(key.pk))  # open sockets move their expiry timer
     return key
 
 
@@ -354,6 +363,7 @@ def api_key_revoke(*, actor: Principal, key: ApiKey, allow_self: bool = False) -
     key.save(update_fields=["revoked_at", "updated_at"])
     _audit(actor, "api_key.revoke", key, key.tenant, before, snapshot(key, ApiKey.AUDIT_FIELDS))
     _routes_changed()
+    liveauth.credentials_changed(liveauth.key_group(key.pk))  # its open sockets close (apps.core.liveauth)
     return key
 
 
@@ -372,6 +382,7 @@ def api_key_rotate(*, actor: Principal, key: ApiKey, grace_seconds: int = 3600) 
     key.save()
     _audit(actor, "api_key.rotate", key, key.tenant, before, snapshot(key, ApiKey.AUDIT_FIELDS))
     _routes_changed()
+    liveauth.credentials_changed(liveauth.key_group(key.pk))  # sockets on the old secret: closed, or timed to its grace
     return key, keys.format_key(key.key_id, secret)
 
 

@@ -81,8 +81,24 @@ def test_an_in_process_layer_sends_only_to_groups_someone_joined(layer, monkeypa
     assert trips == []  # nobody listens: no trip to the loop at all
 
     channel = real(lambda: layer.new_channel("test."))
-    real(lambda: layer.group_add(events.object_group("job", "a"), channel))
+    real(lambda: layer.group_add(events.object_group(992, "job", "a"), channel))
     events._send([_delivery(992, "a", "job.running"), _delivery(992, "b", "job.running")])
     assert len(trips) == 1
     message = real(lambda: layer.receive(channel), timeout_s=5)
     assert (message["type"], message["event"]["id"]) == ("gryvia.event", "a")  # its object's group only
+
+
+def test_groups_are_named_by_tenant_and_object():
+    """Two tenants' jobs of one name travel on two groups, so a subscriber of one never joins the other's group and
+    no per-event filter is all that stands between them; ids that differ only past the length a group name may have,
+    or only in characters a group name may not hold, stay apart too."""
+    alpha, _ = _delivery(1, "train", "job.running")
+    bravo, _ = _delivery(2, "train", "job.running")
+    assert not set(alpha) & set(bravo)
+    long_one, _ = _delivery(1, "x" * 120 + "1", "job.running")
+    long_two, _ = _delivery(1, "x" * 120 + "2", "job.running")
+    odd_one, _ = _delivery(1, "a/b", "job.running")
+    odd_two, _ = _delivery(1, "a:b", "job.running")
+    objects = {long_one[1], long_two[1], odd_one[1], odd_two[1], alpha[1]}
+    assert len(objects) == 5
+    assert all(len(group) < 100 and group.startswith("t1.") for group in objects)
