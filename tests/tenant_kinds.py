@@ -16,7 +16,7 @@ from typing import Any
 
 from drf_spectacular.generators import SchemaGenerator
 
-from apps.billing import metering
+from apps.billing import services as billing
 from apps.billing.models import UsageRecord
 from apps.llm import services as llm
 from apps.tenants.models import Tenant
@@ -46,7 +46,7 @@ def _model_alias(tenant: Tenant) -> str:
 
 def _usage_record(tenant: Tenant) -> str:
     event = {"id": f"matrix-{next(_seq)}", "start": "2021-03-01T00:00:00Z", "end": "2021-03-01T01:00:00Z"}
-    metering.usage_events_ingest(tenant=tenant, events=[event])
+    billing.usage_events_ingest(tenant=tenant, events=[event])
     return f"/api/v1/usage/records/{UsageRecord.all_tenants.filter(tenant=tenant).latest('id').uid}/"
 
 
