@@ -39,3 +39,10 @@ def test_an_instant_before_year_1_in_utc_is_400(client_a, path, param):
     response = client_a.get(path, {param: "0001-01-01T00:00:00+01:00"})
     assert response.status_code == 400, response.content
     assert param in response.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize(("path", "param"), [("/api/v1/skus/", "gpu_type"), ("/api/v1/usage/records/", "job")])
+def test_a_nul_character_in_a_query_parameter_is_400_naming_it(client_a, path, param):
+    response = client_a.get(path, {param: "a\x00"})
+    assert response.status_code == 400, response.content
+    assert "NUL" in response.json()["error"]["fields"][param][0]
