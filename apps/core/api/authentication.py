@@ -1,6 +1,7 @@
 """DRF authentication: Gryvia API keys and OAuth2 access tokens as `Authorization: Bearer`, and browser sessions.
 
-Each class sets `request.auth` to an `apps.core.principal.Principal`.
+Each class sets `request.auth` to an `apps.core.principal.Principal`. A request that ends without a valid credential
+is counted against its client address (`UncredentialedRateThrottle`), checked before any credential is looked up.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from oauth2_provider.contrib.rest_framework import OAuth2Authentication
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from apps.core.api.throttling import UncredentialedRateThrottle
 from apps.core.principal import Principal
 
 
@@ -31,8 +33,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         from apps.tenants.services import api_key_authenticate
 
+        guard = UncredentialedRateThrottle()
+        guard.check(request)
         result = api_key_authenticate(raw_key=token)
         if result is None:
+            guard.count(request)
             raise exceptions.AuthenticationFailed("invalid, expired or revoked API key")
         return result
 
@@ -47,8 +52,11 @@ class OAuthTokenAuthentication(OAuth2Authentication):
         token = bearer_token(request)
         if token is None or token.startswith("gry_"):
             return None
+        guard = UncredentialedRateThrottle()
+        guard.check(request)
         result = super().authenticate(request)
         if result is None:
+            guard.count(request)
             raise exceptions.AuthenticationFailed("invalid, expired or revoked access token")
         user, access_token = result
         granted = access_token.scope.split()
@@ -70,3 +78,13 @@ class CsrfSessionAuthentication(authentication.SessionAuthentication):
         from apps.tenants.services import principal_for_user
 
         return user, principal_for_user(user=user, kind="session")
+
+
+class NoCredential(authentication.BaseAuthentication):
+    """Not a credential: last of the authentication classes, so only a request that presented none of theirs reaches
+    it. It counts that request against its client address and authenticates nothing (the answer is a 401)."""
+
+    def authenticate(self, request: Request) -> None:
+        guard = UncredentialedRateThrottle()
+        guard.check(request)
+        guard.count(request)

@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.core.exceptions import ImproperlyConfigured
 
 from ..env import BASE_DIR, data_dir, env_bool, env_int, env_list, env_str, secret_from_env_or_file
@@ -40,6 +42,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "oauth2_provider",
     "channels",
+    "axes",
     "apps.core",
     "apps.tenants",
     "apps.cluster",
@@ -62,6 +65,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.core.api.throttling.RateLimitHeadersMiddleware",
+    # Last, as django-axes requires: it turns a login refused for a lockout into its lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gryvia_site.urls"
@@ -87,6 +92,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Password logins (/admin/login/, /accounts/login/, which OAuth's /o/authorize/ sends people to) are refused while
+# the username or the client address has GRYVIA_LOGIN_FAILURE_LIMIT failures within GRYVIA_LOGIN_COOLOFF_S
+# (django-axes, its attempts in the database: both profiles, shown in the admin, released by `axes_reset*`).
+AUTHENTICATION_BACKENDS = [
+    "apps.core.logins.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("GRYVIA_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("GRYVIA_LOGIN_COOLOFF_S", 900))
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME.total_seconds() < 1:
+    raise ImproperlyConfigured("GRYVIA_LOGIN_FAILURE_LIMIT and GRYVIA_LOGIN_COOLOFF_S must be 1 or more")
+# Either one locks: a guesser cannot spread tries over many usernames from one address, nor over many addresses
+# against one username.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# The client address is REMOTE_ADDR (axes without django-ipware): X-Forwarded-For is a client's to forge.
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False  # no banner on every manage.py command's stderr
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -5,6 +5,7 @@ REST_FRAMEWORK = {
         "apps.core.api.authentication.ApiKeyAuthentication",
         "apps.core.api.authentication.OAuthTokenAuthentication",
         "apps.core.api.authentication.CsrfSessionAuthentication",
+        "apps.core.api.authentication.NoCredential",  # last: counts requests that presented none of the above
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.core.api.permissions.ScopedAccess"],
     "DEFAULT_PARSER_CLASSES": [
@@ -23,7 +24,13 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_THROTTLE_CLASSES": ["apps.core.api.throttling.CredentialRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"credential": env_str("GRYVIA_API_RATE", "1200/min")},
+    "DEFAULT_THROTTLE_RATES": {
+        "credential": env_str("GRYVIA_API_RATE", "1200/min"),
+        # Requests with no or a bad credential, per client address: bounds how many keys one address can guess.
+        "anon": env_str("GRYVIA_API_ANON_RATE", "60/min"),
+    },
+    # The client address of the per-address limits is REMOTE_ADDR: X-Forwarded-For is a client's to forge.
+    "NUM_PROXIES": 0,
     "EXCEPTION_HANDLER": "apps.core.api.exceptions.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -40,6 +47,12 @@ SPECTACULAR_SETTINGS = {
     "DEFAULT_QUERY_MANAGER": "_default_manager",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    # The credentials a client can present (NoCredential, last in the list, is none).
+    "AUTHENTICATION_WHITELIST": [
+        "apps.core.api.authentication.ApiKeyAuthentication",
+        "apps.core.api.authentication.OAuthTokenAuthentication",
+        "apps.core.api.authentication.CsrfSessionAuthentication",
+    ],
     # Swagger UI and ReDoc from the installed drf-spectacular-sidecar, served as static files: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
