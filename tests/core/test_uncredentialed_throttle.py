@@ -66,3 +66,34 @@ def test_no_credential_and_bad_tokens_share_the_address_limit(three_per_minute, 
 def test_valid_credentials_do_not_use_up_the_address_limit(three_per_minute, client_a):
     assert {client_a.get("/api/v1/tenants/").status_code for _ in range(6)} == {200}
     assert client_for().get("/api/v1/tenants/").status_code == 401
+
+
+def test_the_real_server_believes_no_forwarded_address_unless_told(tmp_path):
+    """`manage.py serve` (uvicorn) trusted X-Forwarded-For from any loopback peer, so a local client could pick a
+    fresh address per request and never be throttled; now only GRYVIA_TRUSTED_PROXIES' are believed."""
+    import os
+    import sys
+
+    from tests.jobs.restarts import free_port, kill_session, start, wait_for
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "GRYVIA_TRUSTED_PROXIES")}
+    env.update(GRYVIA_DATA_DIR=str(tmp_path), GRYVIA_API_ANON_RATE="5/min", GRYVIA_PORT=str(port))
+    log = tmp_path / "serve.log"
+    server = start([sys.executable, "manage.py", "serve"], env=env, log=log)
+    url = f"http://127.0.0.1:{port}/api/v1/jobs/"
+    try:
+        wait_for("the server", lambda: _answers(url), log=log)
+        codes = [
+            requests.get(url, headers={"X-Forwarded-For": f"192.0.2.{i}"}, timeout=5).status_code for i in range(8)
+        ]
+    finally:
+        kill_session(server)
+    assert codes[-1] == 429 and codes.count(401) <= 5, codes
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, headers={"X-Forwarded-For": "203.0.113.1"}, timeout=2).status_code in (401, 429)
+    except requests.RequestException:
+        return False

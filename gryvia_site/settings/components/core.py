@@ -140,6 +140,10 @@ SECURE_SSL_REDIRECT = env_bool("GRYVIA_SSL_REDIRECT", False)
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 if env_bool("GRYVIA_TRUST_X_FORWARDED_PROTO", False):  # only behind a proxy that sets it: clients could forge it
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The proxies whose X-Forwarded-For and X-Forwarded-Proto the server believes (addresses or CIDRs, comma-separated;
+# `serve` hands them to uvicorn). None by default: a client, on loopback too, cannot choose the address that login
+# lockouts and the uncredentialed throttle count by.
+GRYVIA_TRUSTED_PROXIES = env_list("GRYVIA_TRUSTED_PROXIES")
 # `manage.py check --deploy` (run by `make test` on the production profile) silences only these, each for a reason:
 SILENCED_SYSTEM_CHECKS = [
     # W005/W021: HSTS over subdomains or in browsers' preload lists binds the operator's whole domain, not Gryvia;

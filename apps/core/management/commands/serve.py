@@ -66,6 +66,9 @@ class Command(BaseCommand):
             lifespan="off",
             log_level="info",
             timeout_graceful_shutdown=10,
+            # Forwarded headers only from GRYVIA_TRUSTED_PROXIES (uvicorn would trust any loopback peer's).
+            proxy_headers=bool(settings.GRYVIA_TRUSTED_PROXIES),
+            forwarded_allow_ips=settings.GRYVIA_TRUSTED_PROXIES or "",
         )
         # After Config, which installs uvicorn's logging: no credential in a query string reaches the log.
         for name in ("uvicorn.access", "uvicorn.error"):
