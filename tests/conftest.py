@@ -90,5 +90,16 @@ def client_b(key_b):
 
 
 @pytest.fixture
+def staff_client(django_user_model):
+    """A Django test client logged in as a superuser (the admin's tests)."""
+    from django.test import Client
+
+    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
 def platform_key(tenant_a):
     return make_key(tenant_a, ["admin"], platform=True, name="platform")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.contrib import admin
-from django.test import Client
 from django.urls import reverse
 
 from apps.core.models import AuditEntry
@@ -12,14 +11,6 @@ from apps.tenants.models import Tenant
 from tests.factories import make_key
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_every_model_has_a_working_admin(staff_client, tenant_a):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.messages import constants
-from django.test import Client
 from django.urls import reverse
 
 from apps.core.models import AuditEntry
@@ -14,14 +13,6 @@ from apps.tenants.models import Tenant
 from tests.factories import ACTOR
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _act(client, model: str, action: str, *pks) -> list[tuple[int, str]]:

@@ -21,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OUR_APPS = {"core", "tenants", "jobs", "queueing", "billing", "llm", "webhooks", "cluster"}
 
 
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def test_the_admin_is_branded_gryvia_with_its_version(staff_client):
     version = package_version("gryvia")
     page = staff_client.get(reverse("admin:index")).content.decode()

@@ -7,7 +7,6 @@ import json
 
 import pytest
 from django.contrib.messages import constants
-from django.test import Client
 from django.urls import reverse
 
 from apps.core.models import AuditEntry
@@ -16,14 +15,6 @@ from tests.jobs.factories import make_job
 
 pytestmark = pytest.mark.django_db
 _MANAGEMENT = ("TOTAL_FORMS", "INITIAL_FORMS")
-
-
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _messages(response) -> list[tuple[int, str]]:

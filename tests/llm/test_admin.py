@@ -7,7 +7,6 @@ import datetime as dt
 
 import pytest
 from django.contrib import admin
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -18,14 +17,6 @@ from tests.factories import ACTOR
 
 pytestmark = pytest.mark.django_db
 SECRET = "sk-from-the-admin-form-77"
-
-
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _form(**changes) -> dict[str, str]:

@@ -4,7 +4,6 @@ deliveries read-only with a redeliver action that is audited."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.core.models import AuditEntry
 from apps.jobs import services as jobs
@@ -13,14 +12,6 @@ from apps.webhooks.models import Delivery, WebhookEndpoint
 from tests.jobs.factories import make_job
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff_client(django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_add_an_endpoint_in_the_admin(staff_client, tenant_a):
