@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,7 @@ class PodLogsMixin:
     _data_dir: Path | None
     _log_dir: Path | None
     log_dir: Path
-
-    def _view(self) -> dict[tuple[str, str, str], dict[str, Any]]:
-        raise NotImplementedError
+    _view: Callable[[], dict[tuple[str, str, str], dict[str, Any]]]  # LocalBackend's: the objects this process sees
 
     def _log_path(self, namespace: str, pod: str) -> Path | None:
         if self._log_dir is None and self._data_dir is None:
