@@ -41,6 +41,7 @@ models: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 # Uses PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set, SQLite and in-process otherwise.
 test: export GRYVIA_DATA_DIR ?= $(CURDIR)/var/test

@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 
 from apps.core.admin_actions import UnchangedSaveAdminMixin
-from apps.tenants.admin import admin_principal
+from apps.tenants.services import admin_principal
 
 from . import budgets
 from .models import Budget, BudgetEvent

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.core.errors import Conflict
-from apps.tenants.admin import admin_principal
+from apps.tenants.services import admin_principal
 
 from . import chargeback, invoicing
 from .models import CostCenter, Invoice, InvoiceLine, InvoiceState, TenantCostCenter

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from apps.cluster.backends.base import (
+from apps.cluster.services import (
     SPEC_HASH_ANNOTATION,
     ClusterBackend,
     ClusterError,

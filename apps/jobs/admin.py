@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 
 from apps.core.admin_actions import ActionsOnlyAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
-from apps.tenants.admin import admin_principal
+from apps.tenants.services import admin_principal
 
 from . import services
 from .api.filters import JobFilterSet

@@ -20,9 +20,9 @@ from apps.core import stamped
 from apps.core.deferred import read_together
 from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead, json_from_db
+from apps.core.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.core.stamped import StampedRows
 from apps.queueing import selectors as queueing
-from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.tenants.models import Tenant
 
 from .admission import GPU, Demand, Holding, QueueQuota

@@ -12,8 +12,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import POD, NotFoundError
+from apps.cluster.services import POD, NotFoundError, get_backend
 
 from . import choices as C
 from .models import Job

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
+from apps.core.quantities import parse_quantity
 from apps.queueing.kai import gpu_fraction_annotations
-from apps.queueing.quantities import parse_quantity
 from apps.tenants.manifests import CONTAINER_DEFAULT_LIMITS
 
 from . import choices as C

@@ -16,8 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import (
+from apps.cluster.services import (
     JOB,
     MANAGED_BY,
     MANAGER,
@@ -29,6 +28,7 @@ from apps.cluster.backends.base import (
     STATEFUL_SET,
     WORKLOAD,
     ClusterBackend,
+    get_backend,
 )
 from apps.core import epochs
 from apps.core.locks import LockedRead

@@ -15,7 +15,7 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
-from apps.cluster.backends.base import object_key
+from apps.cluster.services import object_key
 from apps.core.reconcile import Desired
 from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue

@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from apps.cluster.backends.base import POD, ObjectRef
+from apps.cluster.services import POD, ObjectRef
 
 from . import services
 from .choices import JobPhase

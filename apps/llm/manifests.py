@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
 
 from .models import InferenceService, Runtime
 

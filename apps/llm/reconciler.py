@@ -24,8 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import (
+from apps.cluster.services import (
     DEPLOYMENT,
     NAMESPACE,
     POD,
@@ -34,6 +33,7 @@ from apps.cluster.backends.base import (
     ConflictError,
     NotFoundError,
     ObjectRef,
+    get_backend,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
-from apps.queueing.quantities import QuantityError, parse_quantity
+from apps.core.quantities import QuantityError, parse_quantity
 
 from . import local_models
 from .models import MODEL_NAME, Runtime, Task

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from apps.core.admin_actions import UnchangedSaveAdminMixin
 from apps.core.admin_filters import FilterSetAdminMixin
-from apps.tenants.admin import admin_principal
+from apps.tenants.services import admin_principal
 
 from . import services
 from .api.filters import CohortFilterSet, PriorityClassFilterSet, QueueFilterSet, ReservationFilterSet

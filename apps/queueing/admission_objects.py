@@ -10,8 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import (
+from apps.cluster.services import (
     ADMISSION_CHECK,
     CLUSTER_QUEUE,
     KAI_QUEUE,
@@ -25,6 +24,7 @@ from apps.cluster.backends.base import (
     RESOURCE_FLAVOR,
     WORKLOAD_PRIORITY_CLASS,
     ClusterBackend,
+    get_backend,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats, live_hash, with_spec_hash
 from apps.tenants.models import Tenant

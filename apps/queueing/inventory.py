@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from apps.core.epochs import EpochCached
 from apps.core.prepared import PreparedRead, model_fields
+from apps.core.quantities import QuantityError, parse_quantity
 
 from .models import GPU, GpuNode
-from .quantities import QuantityError, parse_quantity
 
 UNHEALTHY_TAINT = "gryvia.io/gpu-unhealthy"
 SIMULATED_LABEL = "gryvia.io/simulated-gpus"

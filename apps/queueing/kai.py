@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
 
 from .models import CPU, GPU, MEMORY
 from .selectors import resource_amount

@@ -27,7 +27,7 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
 from apps.jobs.choices import JobPhase
 
 from . import multikueue

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
 
 GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{GROUP}/v1beta1"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import MANAGED_BY, MANAGER, PRIORITY_CLASS, ClusterBackend
+from apps.cluster.services import MANAGED_BY, MANAGER, PRIORITY_CLASS, ClusterBackend, get_backend
 from apps.core.reconcile import OwnerReconciler, ReconcileStats, live_hash, with_spec_hash
 
 from .models import PriorityClass

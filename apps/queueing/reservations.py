@@ -34,8 +34,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import NODE, ClusterBackend, ClusterError
+from apps.cluster.services import NODE, ClusterBackend, ClusterError, get_backend
 from apps.core.locks import try_advisory_lock
 from apps.core.metrics import RECONCILE_DURATION, RECONCILE_ERRORS
 from apps.core.reconcile import ReconcileStats

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from apps.core.quantities import cpu_millicores, memory_bytes
+
 from .models import CPU, MEMORY, GpuNode, PriorityClass, Queue, Reservation
 from .placement import RESERVED_KEY
-from .quantities import cpu_millicores, memory_bytes
 
 UNLIMITED = math.inf
 

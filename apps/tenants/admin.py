@@ -7,15 +7,11 @@ from django.db import transaction
 
 from apps.core.admin_actions import ActionsOnlyAdminMixin, UnchangedSaveAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
-from apps.core.principal import Principal
 
 from . import services
 from .api.filters import ApiKeyFilterSet, TenantFilterSet
 from .models import ApiKey, Membership, Tenant
-
-
-def admin_principal(request) -> Principal:
-    return services.principal_for_user(user=request.user, kind="session")
+from .services import admin_principal
 
 
 @admin.register(Tenant)

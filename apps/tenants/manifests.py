@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from apps.cluster.backends.base import MANAGED_BY, MANAGER
+from apps.cluster.services import MANAGED_BY, MANAGER
 
 COMPONENT = "gryvia.io/component"
 TENANT_LABEL = "gryvia.io/tenant"

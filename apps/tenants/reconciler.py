@@ -6,8 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.cluster.backends import get_backend
-from apps.cluster.backends.base import (
+from apps.cluster.services import (
     LIMIT_RANGE,
     MANAGED_BY,
     MANAGER,
@@ -16,6 +15,7 @@ from apps.cluster.backends.base import (
     RESOURCE_QUOTA,
     ROLE_BINDING,
     ClusterBackend,
+    get_backend,
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 

@@ -441,3 +441,8 @@ def principal_for_user(*, user: Any, kind: str, read_only: bool = False) -> Prin
         is_platform=user.is_staff,
         platform_scopes=platform_scopes,
     )
+
+
+def admin_principal(request: Any) -> Principal:
+    """The principal of a Django admin request: its staff user acting through their session."""
+    return principal_for_user(user=request.user, kind="session")

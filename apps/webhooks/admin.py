@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from apps.core.admin_actions import UnchangedSaveAdminMixin, report_action
 from apps.core.admin_filters import FilterSetAdminMixin
 from apps.core.errors import Conflict
-from apps.tenants.admin import admin_principal
+from apps.tenants.services import admin_principal
 
 from . import services
 from .api.filters import WebhookEndpointFilterSet

@@ -8,10 +8,10 @@ import kubernetes_validate
 import pytest
 from rest_framework import serializers
 
+from apps.core.quantities import parse_quantity
 from apps.jobs import manifests
 from apps.jobs.environment import SHELL_RANK
 from apps.jobs.spec import JobSpec, normalize_spec, parse_duration
-from apps.queueing.quantities import parse_quantity
 from apps.tenants import manifests as tenant_manifests
 from tests.jobs.factories import spec
 

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from apps.core.models import AuditEntry
+from apps.core.quantities import QuantityError, cpu_millicores, memory_bytes, parse_quantity
 from apps.queueing import selectors, services
 from apps.queueing.models import Cohort, PriorityClass, Queue, Reservation
-from apps.queueing.quantities import QuantityError, cpu_millicores, memory_bytes, parse_quantity
 from tests.factories import ACTOR, client_for, make_key, make_tenant
 from tests.queueing.endpoints import make_reservation
 

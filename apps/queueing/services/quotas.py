@@ -8,10 +8,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from apps.core.quantities import QuantityError, parse_quantity
 from apps.tenants.models import Tenant
 
 from ..models import CPU, GPU, MEMORY, RESOURCES, Queue
-from ..quantities import QuantityError, parse_quantity
 from ..selectors import resource_amount
 from ._common import _LABEL_VALUE
 

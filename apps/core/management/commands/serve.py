@@ -18,8 +18,7 @@ import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.cluster.backends import claim_local_node, set_backend
-from apps.cluster.backends.local_node import NodeBusyError
+from apps.cluster.services import NodeBusyError, claim_local_node, set_backend
 from apps.core.heap import freeze_startup_heap
 from apps.core.periodic import Ticker
 from apps.core.security import AccessLogScrubber
