@@ -19,7 +19,7 @@ Gryvia's own agree: finished jobs are collected (TTL 0) by the pass that sees th
 Each size runs in a child process with a fresh database: PostgreSQL database `gryvia_bench` (created, migrated with
 `call_command("migrate")` and dropped here), or SQLite in a temporary data dir with `--db sqlite`. REDIS_URL is unset
 (in-process channel layer) and DEBUG is off (no query log), as in a production worker without Redis; once the jobs
-are seeded, the child freezes its start-up heap (apps.core.heap), as the Celery worker and `serve` do once started.
+are seeded, the child freezes its start-up heap (apps.core.db.heap), as the Celery worker and `serve` do once started.
 
     python -m benchmarks.admission                       # 150, 1,500 and 15,000 jobs on PostgreSQL
     python -m benchmarks.admission --sizes 150,1500 --db sqlite
@@ -265,7 +265,7 @@ def _child(args: argparse.Namespace) -> int:
     from django.db.models import Count
     from django.utils import timezone
 
-    from apps.core.heap import freeze_startup_heap
+    from apps.core.db.heap import freeze_startup_heap
     from apps.jobs.choices import TERMINAL_PHASES, JobPhase
     from apps.jobs.models import Job
     from apps.jobs.reconciler import JobReconciler

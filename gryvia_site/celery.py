@@ -24,8 +24,8 @@ _add_worker_heartbeat()
 
 @worker_process_init.connect
 def _freeze_startup_heap(**_kwargs) -> None:
-    """Each worker process, once started: full collections stop walking what it keeps for life (apps.core.heap)."""
-    from apps.core.heap import freeze_startup_heap
+    """Each worker process, once started: full collections stop walking what it keeps for life (apps.core.db.heap)."""
+    from apps.core.db.heap import freeze_startup_heap
 
     freeze_startup_heap()
 

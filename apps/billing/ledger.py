@@ -20,8 +20,8 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from apps.core.bulk import copy_insert_rows
-from apps.core.deferred import execute_or_defer
+from apps.core.db.bulk import copy_insert_rows
+from apps.core.db.deferred import execute_or_defer
 
 from .models import LedgerEntry, LedgerHead, UsageRecord
 
@@ -80,7 +80,7 @@ def _lock_heads(tenant_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
 
 def lock_heads_statement(tenant_ids: Sequence[int]) -> tuple[str, list[int]]:
     """`_lock_heads`'s statement (ids ascending, not empty), for a caller to send with others in one round trip
-    (apps.core.deferred.read_together); `locked_heads(rows)` reads its rows, for `append(heads=)`."""
+    (apps.core.db.deferred.read_together); `locked_heads(rows)` reads its rows, for `append(heads=)`."""
     quote = connection.ops.quote_name
     table = quote(LedgerHead._meta.db_table)
     values = ", ".join(["(%s, 0, '')"] * len(tenant_ids))
@@ -103,7 +103,7 @@ def _move_heads(heads: dict[int, tuple[int, str]]) -> None:
     cast = "::bigint" if connection.vendor == "postgresql" else ""
     values = ", ".join([f"(%s{cast}, %s{cast}, %s)"] * len(heads))
     params = [v for tenant_id, (sequence, hash_) in heads.items() for v in (tenant_id, sequence, hash_)]
-    execute_or_defer(  # (inside a reconcile pass: sent with its next statement, apps.core.deferred)
+    execute_or_defer(  # (inside a reconcile pass: sent with its next statement, apps.core.db.deferred)
         f"WITH moved (tenant_id, sequence, hash) AS (VALUES {values}) "
         f"UPDATE {table} SET sequence = moved.sequence, hash = moved.hash FROM moved "
         f"WHERE {table}.tenant_id = moved.tenant_id",

@@ -3,7 +3,7 @@
 An event is stored once per (tenant, id): re-sending it changes nothing. "Accepted" means durably stored: the
 batch's records and their ledger entries are committed before `usage_events_ingest` returns. On PostgreSQL the
 stored ids are looked up in one query and the rest COPYed in as tuples (a concurrent writer's id falls back to
-`INSERT … ON CONFLICT DO NOTHING`, apps.core.bulk_new.bulk_insert_new, which SQLite always uses), so a batch costs a
+`INSERT … ON CONFLICT DO NOTHING`, apps.core.db.bulk_new.bulk_insert_new, which SQLite always uses), so a batch costs a
 few statements whatever its size. Validation is plain Python (no serializer per event): a bad event refuses the
 whole batch with its index and field, and nothing is written.
 """
@@ -22,8 +22,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from apps.core.bulk import copy_insert_rows
-from apps.core.bulk_new import bulk_insert_new
+from apps.core.db.bulk import copy_insert_rows
+from apps.core.db.bulk_new import bulk_insert_new
 
 from . import ledger, pricing
 from .models import UsageKind, UsageRecord

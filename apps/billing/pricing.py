@@ -16,8 +16,8 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
-from apps.core.epochs import EpochCached
-from apps.core.prepared import PreparedRead, model_fields
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import PreparedRead, model_fields
 
 from .models import GpuSku
 
@@ -103,7 +103,7 @@ _CATALOG = EpochCached(("billing_gpusku",), Catalog)
 
 
 def catalog() -> Catalog:
-    """The whole catalog, read again inside a reconcile pass only when a SKU changed (apps.core.epochs)."""
+    """The whole catalog, read again inside a reconcile pass only when a SKU changed (apps.core.db.epochs)."""
     return _CATALOG.get()
 
 

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.core.bulk import bulk_set
+from apps.core.db.bulk import bulk_set
 
 from . import pricing
 from .models import UsageKind, UsageRecord

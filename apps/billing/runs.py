@@ -20,9 +20,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from apps.core.bulk import bulk_set, bulk_set_statement, copy_insert_rows
-from apps.core.deferred import read_together
-from apps.core.prepared import Arg, PreparedRead
+from apps.core.db.bulk import bulk_set, bulk_set_statement, copy_insert_rows
+from apps.core.db.deferred import read_together
+from apps.core.db.prepared import Arg, PreparedRead
 
 from . import ledger, pricing
 from .budgets import budgets_nudge
@@ -100,7 +100,7 @@ _RUN_STATS = PreparedRead(
 
 
 def open_runs_of_jobs(job_pks: list[int]) -> list[OpenRun]:
-    """`open_runs` of these jobs: the statement every pass that ends runs asks, compiled once (apps.core.prepared)."""
+    """`open_runs` of these jobs: the statement every pass ending runs asks, compiled once (apps.core.db.prepared)."""
     return _open_runs_of(_OPEN_OF_JOBS.rows(jobs=job_pks))
 
 
@@ -242,7 +242,7 @@ def usage_job_events(events: list[tuple[Any, str, str, str]], *, now: dt.datetim
     # No savepoint inside a caller's transaction (a reconcile pass's writes): a failure here fails all of it.
     with transaction.atomic(savepoint=False):
         # The reads first, together: one round trip, which inside a reconcile pass also carries the pass's writes
-        # before them (apps.core.deferred). Opening reads other jobs' records than closing writes (`ending` leaves
+        # before them (apps.core.db.deferred). Opening reads other jobs' records than closing writes (`ending` leaves
         # them out), so reading them before the closes gives the same.
         pks = list(ending)
         stats, first = _run_stats_and_open_runs(list(opening.values()), pks[:1000])

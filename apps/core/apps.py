@@ -12,17 +12,17 @@ class CoreConfig(AppConfig):
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_delete, post_migrate
 
-        from . import (
+        from . import liveauth
+        from .api import schema  # noqa: F401
+        from .db import (
             epochs,
-            liveauth,
             pgtime,
             prepared,  # noqa: F401  (registers the `any_of` lookup on every field)
         )
-        from .api import schema  # noqa: F401
 
-        # Timestamps parsed by psycopg's C loader rather than Django's pure-Python one (apps.core.pgtime).
+        # Timestamps parsed by psycopg's C loader rather than Django's pure-Python one (apps.core.db.pgtime).
         connection_created.connect(pgtime.install, dispatch_uid="gryvia-fast-timestamptz")
-        # The table epochs' triggers, after every migrate (apps.core.epochs).
+        # The table epochs' triggers, after every migrate (apps.core.db.epochs).
         post_migrate.connect(epochs.on_post_migrate, dispatch_uid="gryvia-table-epochs")
         # A deleted OAuth access token (revoked, refreshed, deleted in the admin) closes the sockets it opened: the
         # toolkit sends no signal of its own for that (apps.core.liveauth).

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import models
 
 from . import events
-from .bulk import bulk_insert
+from .db.bulk import bulk_insert
 from .models import AuditEntry
 from .principal import Principal
 

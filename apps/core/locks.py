@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from .deferred import read_together
+from .db.deferred import read_together
 
 # A read to make once the lock is taken: (sql with %s placeholders, params, what receives its rows).
 LockedRead = tuple[str, Sequence[Any], Callable[[list[tuple]], None]]
@@ -33,7 +33,7 @@ def try_advisory_lock(name: str, *, reads: Sequence[LockedRead] = ()) -> Iterato
     """Yield True when the lock `name` was taken, False when someone else holds it; never waits.
 
     `reads` are made when the lock is taken, each one's rows handed to its receiver before the block runs. On
-    PostgreSQL they go in the lock attempt's round trip (apps.core.deferred.read_together): read after the lock
+    PostgreSQL they go in the lock attempt's round trip (apps.core.db.deferred.read_together): read after the lock
     in the same execute, so they see what the lock's previous holder committed. Their rows are dropped when the
     lock was not taken."""
     if connection.vendor == "postgresql":

@@ -67,7 +67,7 @@ class AuditEntry(models.Model):
 
 
 class TableEpoch(models.Model):
-    """A watched table's epoch (apps.core.epochs): a new value with each write to it, set by database triggers."""
+    """A watched table's epoch (apps.core.db.epochs): a new value with each write to it, set by database triggers."""
 
     table_name = models.CharField(max_length=63, primary_key=True)
     epoch = models.BigIntegerField()

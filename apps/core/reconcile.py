@@ -31,7 +31,7 @@ from apps.cluster.services import (
     object_key,
 )
 
-from . import fastjson
+from .db import fastjson
 from .locks import LockedRead, try_advisory_lock
 from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
 from .periodic import periodic_function

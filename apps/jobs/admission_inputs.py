@@ -16,12 +16,12 @@ from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
-from apps.core import stamped
-from apps.core.deferred import read_together
-from apps.core.epochs import EpochCached
-from apps.core.prepared import PreparedRead, json_from_db
+from apps.core.db import stamped
+from apps.core.db.deferred import read_together
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import PreparedRead, json_from_db
+from apps.core.db.stamped import StampedRows
 from apps.core.quantities import QuantityError, cpu_millicores, memory_bytes
-from apps.core.stamped import StampedRows
 from apps.queueing import selectors as queueing
 from apps.tenants.models import Tenant
 
@@ -158,7 +158,7 @@ def _head_of_job(
 _TABLE = Job._meta.db_table
 _PHASES = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)  # literals: the queue-order index's condition
 _WAITING = "NOT {t}.finalized AND {t}.cancel_requested_at IS NULL AND {t}.phase IN (" + _PHASES + ")"
-# The heavy columns come only for a row changed since the previous read (apps.core.stamped): the rank and counts
+# The heavy columns come only for a row changed since the previous read (apps.core.db.stamped): the rank and counts
 # change as the queue moves, the rest only with the row.
 _HEAD_COLUMNS = (
     "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt", "phase", "reason", "message",
@@ -193,7 +193,7 @@ def _head_of_row(pk, tenant_id, queue, priority, created_at, request, *rest) -> 
 
 def _heads_statement(per_queue: int) -> tuple[str, list[Any], Callable[[list[tuple]], list[tuple]]]:
     """`_HEADS_SQL` and what turns its rows into `_head`'s; a row unchanged since the previous read keeps what was
-    built of it then (apps.core.stamped)."""
+    built of it then (apps.core.db.stamped)."""
     params, finish = _HEADS_BUILT.read(_head_of_row, width=len(_HEAD_COLUMNS))
 
     def rows(fetched: list[tuple]) -> list[tuple]:
@@ -211,7 +211,7 @@ def waiting_heads(per_queue: int) -> WaitingHeads:
 
 def heads_and_active(per_queue: int, *, with_active: bool = True) -> tuple[WaitingHeads, list[Active]]:
     """`waiting_heads(per_queue)` and `active()` (empty unless `with_active`), on PostgreSQL read in one round
-    trip (apps.core.deferred.read_together)."""
+    trip (apps.core.db.deferred.read_together)."""
     active_rows: list[Active] = []
     if connection.vendor == "postgresql":
         heads_sql, heads_params, heads_finish = _heads_statement(per_queue)
@@ -277,7 +277,7 @@ def _active_query() -> QuerySet:
 
 
 _ACTIVE = PreparedRead(_active_query, key_from=1)  # (a row's uid is its id's)
-# PostgreSQL: the same rows, their columns only where changed since the previous read (apps.core.stamped).
+# PostgreSQL: the same rows, their columns only where changed since the previous read (apps.core.db.stamped).
 _ACTIVE_COLUMNS = (
     "uid::text", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority",
     "COALESCE(j.start_time, j.updated_at)", "phase", "generation", "observed_generation", "cancel_requested_at",
@@ -366,7 +366,7 @@ _CEILINGS = PreparedRead(
 
 
 def queue_quotas() -> list[QueueQuota]:
-    """Every queue's limits (read again inside a pass only when a queue or cohort changed: apps.core.epochs)."""
+    """Every queue's limits (read again inside a pass only when a queue or cohort changed: apps.core.db.epochs)."""
     return _QUEUE_QUOTAS.get()
 
 

@@ -30,7 +30,7 @@ from apps.cluster.services import (
     ClusterBackend,
     get_backend,
 )
-from apps.core import epochs
+from apps.core.db import epochs
 from apps.core.locks import LockedRead
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 from apps.queueing import kai, kueue
@@ -103,7 +103,7 @@ class JobReconciler(DesiredMixin, RecoveryMixin, PassMixin, PlacementMixin, Owne
 
     def run_pass(self) -> ReconcileStats:
         # The small tables a pass reads (queues, tenants, webhook endpoints, SKUs) are read again only when they
-        # changed since this process last read them: one read of their epochs a pass (apps.core.epochs).
+        # changed since this process last read them: one read of their epochs a pass (apps.core.db.epochs).
         with epochs.snapshot():
             return super().run_pass()
 

@@ -15,11 +15,11 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.db.models.fields.json import KT
 
-from apps.core.bulk import bulk_set, bulk_set_deferred
-from apps.core.deferred import atomic_deferred_writes, deferred_writes
+from apps.core.db.bulk import bulk_set, bulk_set_deferred
+from apps.core.db.deferred import atomic_deferred_writes, deferred_writes
+from apps.core.db.prepared import Arg
+from apps.core.db.prepared_update import PreparedUpdate
 from apps.core.periodic import nudge
-from apps.core.prepared import Arg
-from apps.core.prepared_update import PreparedUpdate
 from apps.core.scopes import JOBS_REPORT
 from apps.tenants import keys
 from apps.tenants.bound_keys import api_key_revoke_bound_deferred, api_keys_issue_bound
@@ -253,7 +253,7 @@ class PassMixin(IsolationMixin):
     def end_pass(self) -> None:
         """Write what the pass buffered: status in one statement, compare-and-swaps in another, events in bulk. The
         writes whose results nothing reads go to the server together, with the statement after them
-        (apps.core.deferred): a pass's end takes a few round trips, not one per write. When that fails, each
+        (apps.core.db.deferred): a pass's end takes a few round trips, not one per write. When that fails, each
         tenant's share and then each job's is written alone, and a job whose write still fails is recorded and
         retried later (apps.jobs.reconciler_isolation): one tenant's fault does not stop the others."""
         self.freed_after_admission = 0

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from apps.core.epochs import EpochCached
-from apps.core.prepared import PreparedRead
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import PreparedRead
 from apps.queueing.inventory import node_views, sync_gpu_nodes
 from apps.queueing.placement import place, reservation_claims
 from apps.queueing.services import queue_status_sync

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from apps.core.deferred import read_together
-from apps.core.epochs import EpochCached
-from apps.core.prepared import Arg, PreparedRead, model_fields
+from apps.core.db.deferred import read_together
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import Arg, PreparedRead, model_fields
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS
 from apps.tenants.models import Tenant
@@ -37,7 +37,7 @@ _TENANTS = PreparedRead(lambda: Tenant.objects.filter(pk__any_of=Arg("pks")).val
 
 
 _ALL_TENANTS = PreparedRead(lambda: Tenant.objects.values_list(*model_fields(Tenant)))
-# Read again inside a reconcile pass only when a tenant changed (apps.core.epochs).
+# Read again inside a reconcile pass only when a tenant changed (apps.core.db.epochs).
 _TENANTS_BY_ID = EpochCached(("tenants_tenant",), lambda: {t.pk: t for t in _ALL_TENANTS.models(Tenant)})
 
 
@@ -51,8 +51,8 @@ def jobs_to_reconcile(pks: list[int], waiting: list[int], tenants: dict[int, Ten
     """The unfinalized jobs among `pks`, and the waiting ones among `waiting` or cancelled, in pk order, each with
     its tenant attached from `tenants` (tenant id -> Tenant; the ones missing are read and added). A pass sees
     thousands of jobs of tens of tenants: one Tenant per tenant, read once per pass, not one per job row as
-    `select_related` would build. Two statements compiled once per process (apps.core.prepared), whatever the
-    number of jobs; inside `apps.core.deferred.deferred_writes()` the writes kept before it go in the same round
+    `select_related` would build. Two statements compiled once per process (apps.core.db.prepared), whatever the
+    number of jobs; inside `apps.core.db.deferred.deferred_writes()` the writes kept before it go in the same round
     trip (a pass's tokens)."""
     sql, params, finish = _TO_RECONCILE.models_statement(Job, pks=pks, waiting=waiting)
     [fetched] = read_together([(sql, params)])

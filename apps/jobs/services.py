@@ -16,7 +16,7 @@ from rest_framework import serializers
 from apps.billing import services as billing
 from apps.core import events as core_events
 from apps.core.audit import audit_record, audit_record_many, snapshot
-from apps.core.bulk import bulk_insert
+from apps.core.db.bulk import bulk_insert
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system

@@ -7,7 +7,7 @@ labels, the allocatable `nvidia.com/gpu`, the taints, the Ready condition and `s
 bulk INSERT, one bulk UPDATE (only the rows and columns that changed) and one DELETE (rows of nodes no longer
 listed). A pass where nothing changed writes nothing; `last_seen_at` is refreshed only when it is older than
 `SEEN_REFRESH`, so that an unchanged fleet costs one write per row every few minutes rather than every pass.
-Inside the job reconciler's pass (an `apps.core.epochs` snapshot) the rows are read again only when the table
+Inside the job reconciler's pass (an `apps.core.db.epochs` snapshot) the rows are read again only when the table
 changed since this process last read them: an unchanged fleet costs no statement at all.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from apps.core.epochs import EpochCached
-from apps.core.prepared import PreparedRead, model_fields
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import PreparedRead, model_fields
 from apps.core.quantities import QuantityError, parse_quantity
 
 from .models import GPU, GpuNode
@@ -157,7 +157,7 @@ class SyncResult:
 
 
 _GPU_NODES = PreparedRead(lambda: GpuNode.objects.values_list(*model_fields(GpuNode)))
-# name -> row; read again inside a pass only when a row changed (apps.core.epochs). Shared between passes: a row
+# name -> row; read again inside a pass only when a row changed (apps.core.db.epochs). Shared between passes: a row
 # about to be written is copied first.
 _GPU_NODE_ROWS = EpochCached(("queueing_gpunode",), lambda: {row.name: row for row in _GPU_NODES.models(GpuNode)})
 

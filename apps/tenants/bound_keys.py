@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from django.utils import timezone
 
-from apps.core.bulk import bulk_insert
-from apps.core.prepared import Arg
-from apps.core.prepared_update import PreparedUpdate
+from apps.core.db.bulk import bulk_insert
+from apps.core.db.prepared import Arg
+from apps.core.db.prepared_update import PreparedUpdate
 
 from . import keys
 from .models import ApiKey, Tenant
@@ -68,7 +68,7 @@ _REVOKE_BOUND = PreparedUpdate(
 
 def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ()) -> int:
     """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end), except the keys
-    (by key id) in `keep`. One UPDATE, compiled once (apps.core.prepared). Returns how many were revoked."""
+    (by key id) in `keep`. One UPDATE, compiled once (apps.core.db.prepared). Returns how many were revoked."""
     targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
     if not targets:
         return 0
@@ -76,6 +76,6 @@ def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ())
 
 
 def api_key_revoke_bound_deferred(*, bound_to: list[str], keep: Iterable[str] = ()) -> None:
-    """`api_key_revoke_bound` sent with the caller's other writes (apps.core.deferred): a reconcile pass's."""
+    """`api_key_revoke_bound` sent with the caller's other writes (apps.core.db.deferred): a reconcile pass's."""
     if bound_to:
         _REVOKE_BOUND.run_deferred(bound_to=list(bound_to), keep=list(keep), now=timezone.now())

@@ -11,9 +11,9 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.epochs import EpochCached
+from apps.core.db.epochs import EpochCached
+from apps.core.db.prepared import PreparedRead
 from apps.core.periodic import nudge
-from apps.core.prepared import PreparedRead
 
 from .models import Delivery, Event, WebhookEndpoint
 from .payloads import job_selected
@@ -32,7 +32,7 @@ def _subscriptions() -> dict[int, frozenset[str]]:
     return {tenant_id: frozenset(types) for tenant_id, types in out.items()}
 
 
-# Read again inside a reconcile pass only when an endpoint changed (apps.core.epochs); every pass that changes a
+# Read again inside a reconcile pass only when an endpoint changed (apps.core.db.epochs); every pass that changes a
 # job's phase asks.
 _SUBSCRIPTIONS = EpochCached(("webhooks_webhookendpoint",), _subscriptions)
 

@@ -1,4 +1,4 @@
-"""apps.core.bulk: many rows in one statement, stored exactly as the ORM stores them (both databases)."""
+"""apps.core.db.bulk: many rows in one statement, stored exactly as the ORM stores them (both databases)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.bulk import bulk_insert, bulk_set
+from apps.core.db.bulk import bulk_insert, bulk_set
 from apps.jobs.models import Job, JobEvent
 from tests.factories import make_tenant
 from tests.jobs.factories import make_job

@@ -1,4 +1,4 @@
-"""apps.core.deferred: writes whose results nobody reads go to the server together, in the order they were made."""
+"""apps.core.db.deferred: writes whose results nobody reads go to the server together, in the order they were made."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.deferred import atomic_deferred_writes, deferred_writes, execute_or_defer, read_together
+from apps.core.db.deferred import atomic_deferred_writes, deferred_writes, execute_or_defer, read_together
 from apps.tenants.models import Tenant
 from tests.factories import make_tenant
 

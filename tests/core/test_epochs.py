@@ -1,4 +1,4 @@
-"""apps.core.epochs: every write to a watched table gives it a new epoch (triggers, both databases), and a cached
+"""apps.core.db.epochs: every write to a watched table gives it a new epoch (triggers, both databases), and a cached
 read inside a snapshot loads again exactly when one of its tables changed."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.core import epochs
-from apps.core.epochs import EpochCached
+from apps.core.db import epochs
+from apps.core.db.epochs import EpochCached
 from apps.core.models import TableEpoch
 from apps.queueing import services as queueing
 from apps.queueing.models import Queue

@@ -1,4 +1,4 @@
-"""apps.core.fastjson: orjson's text, byte for byte what the json module gives for the values the hot paths send."""
+"""apps.core.db.fastjson: orjson's text, byte for byte what the json module gives for the values the hot paths send."""
 
 import datetime as dt
 import json
@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from apps.core import fastjson
-from apps.core.bulk import _json_default
+from apps.core.db import fastjson
+from apps.core.db.bulk import _json_default
 from apps.core.reconcile import spec_hash
 from apps.jobs import manifests
 from apps.jobs.spec import JobSpec, normalize_spec

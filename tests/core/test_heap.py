@@ -1,11 +1,11 @@
-"""apps.core.heap: what a started process keeps for life leaves the collector's generations."""
+"""apps.core.db.heap: what a started process keeps for life leaves the collector's generations."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from apps.core.heap import freeze_startup_heap
+from apps.core.db.heap import freeze_startup_heap
 
 
 def test_the_startup_heap_is_frozen_and_later_objects_are_collected_as_before(settings):

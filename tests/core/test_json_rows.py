@@ -1,4 +1,4 @@
-"""apps.core.json_rows: a batch of rows inserted as one JSON parameter stores exactly what COPY stores, in one
+"""apps.core.db.json_rows: a batch of rows inserted as one JSON parameter stores exactly what COPY stores, in one
 statement, and hands the batch back to COPY whenever a value would not travel exactly."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from apps.billing.models import UsageRecord
-from apps.core import json_rows
-from apps.core.bulk import bulk_insert, copy_insert_rows
+from apps.core.db import json_rows
+from apps.core.db.bulk import bulk_insert, copy_insert_rows
 from apps.core.models import AuditEntry
 from apps.llm.models import LlmUsage
 from tests.factories import make_tenant

@@ -1,4 +1,4 @@
-"""apps.core.pgtime: PostgreSQL timestamps parsed by psycopg's C loader, with the values Django's loader gives."""
+"""apps.core.db.pgtime: PostgreSQL timestamps parsed by psycopg's C loader, with the values Django's loader gives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from apps.core import pgtime
+from apps.core.db import pgtime
 from apps.core.models import AuditEntry
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL connection's loaders")

@@ -1,4 +1,4 @@
-"""apps.core.prepared: a fixed read compiled once per connection, its rows exactly the QuerySet's (both databases)."""
+"""apps.core.db.prepared: a fixed read compiled once per connection, its rows exactly the QuerySet's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import RowNumber
 from django.test.utils import CaptureQueriesContext
 
-from apps.core.prepared import Arg, PreparedRead, int_array_literal, reuse_built
+from apps.core.db.prepared import Arg, PreparedRead, int_array_literal, reuse_built
 from apps.jobs import admission_inputs
 from apps.jobs.models import Job
 from tests.factories import make_tenant
@@ -91,7 +91,7 @@ def test_any_of_takes_a_list_as_one_parameter_in_any_queryset():
 
 
 def test_arguments_are_given_at_each_call_and_checked():
-    from apps.core.prepared import Arg, model_fields
+    from apps.core.db.prepared import Arg, model_fields
 
     tenant = make_tenant()
     jobs = [make_job(tenant) for _ in range(3)]
@@ -109,7 +109,7 @@ def test_arguments_are_given_at_each_call_and_checked():
 
 
 def test_models_of_a_partial_read_defer_the_other_fields():
-    from apps.core.prepared import model_fields
+    from apps.core.db.prepared import model_fields
 
     tenant = make_tenant()
     job = make_job(tenant)
@@ -139,7 +139,7 @@ def test_json_columns_decode_as_the_orm_decodes_them_big_integers_included():
 def test_models_are_the_orms_instances_and_receivers_get_their_signals():
     from django.db.models.signals import post_init
 
-    from apps.core.prepared import _fast_init, model_fields
+    from apps.core.db.prepared import _fast_init, model_fields
 
     tenant = make_tenant()
     job = make_job(tenant)
@@ -171,8 +171,8 @@ def test_models_are_the_orms_instances_and_receivers_get_their_signals():
 def test_a_prepared_update_is_the_querysets_update_compiled_once():
     import datetime as dt
 
-    from apps.core.prepared import Arg
-    from apps.core.prepared_update import PreparedUpdate
+    from apps.core.db.prepared import Arg
+    from apps.core.db.prepared_update import PreparedUpdate
 
     tenant = make_tenant()
     jobs = [make_job(tenant) for _ in range(3)]

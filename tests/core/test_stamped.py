@@ -1,12 +1,12 @@
-"""apps.core.stamped: a row's columns travel only when the row changed since the previous read."""
+"""apps.core.db.stamped: a row's columns travel only when the row changed since the previous read."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 
-from apps.core import stamped
-from apps.core.stamped import StampedRows
+from apps.core.db import stamped
+from apps.core.db.stamped import StampedRows
 from apps.tenants.models import Tenant
 from tests.factories import make_tenant
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.cluster.backends.local_objects import node_object
 from apps.cluster.gpus import GpuInventory
-from apps.core import epochs
+from apps.core.db import epochs
 from apps.queueing.inventory import SEEN_REFRESH, gpu_node_fields, gpu_type_of, node_views, sync_gpu_nodes
 from apps.queueing.models import GpuNode
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.core import epochs
+from apps.core.db import epochs
 from apps.queueing import services
 from apps.queueing.models import Queue
 from tests.factories import ACTOR, make_tenant

@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.core import events as core_events
-from apps.core.bulk import bulk_set
+from apps.core.db.bulk import bulk_set
 from apps.core.locks import try_advisory_lock
 from apps.core.periodic import nudge
 

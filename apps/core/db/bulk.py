@@ -9,7 +9,7 @@ On PostgreSQL an update's rows travel as one JSON text parameter (`json_to_recor
 the driver escapes one string and the encoding is the C JSON encoder's, where per-column array parameters were
 quoted element by element in Python (a fifth of a reconcile pass's CPU). The statement's text depends only on
 which columns are written, never on how many rows. Inserts of up to a thousand rows travel the same way, as one
-JSON parameter of an `INSERT … SELECT` (apps.core.json_rows: one round trip); larger ones, and values JSON would
+JSON parameter of an `INSERT … SELECT` (apps.core.db.json_rows: one round trip); larger ones, and values JSON would
 not carry exactly, go through `COPY … FROM STDIN`. SQLite gets
 `CASE id WHEN ... THEN ...` terms (update) and `executemany` (insert). Every statement, COPY included, passes
 through Django's execute wrappers and query log, so whatever counts queries counts these.
@@ -93,7 +93,7 @@ def bulk_set_statement(
     exclude: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[str, list[Any], Callable[[list[tuple]], set[Any]]]:
     """`bulk_set`'s UPDATE (`rows` not empty), for a caller to send with other statements
-    (apps.core.deferred.read_together): (sql, params, what turns its rows into the primary keys updated)."""
+    (apps.core.db.deferred.read_together): (sql, params, what turns its rows into the primary keys updated)."""
     pk = model._meta.pk
     return (*_update_statement(model, rows, when, exclude), lambda fetched: {pk.to_python(row[0]) for row in fetched})
 
@@ -105,7 +105,7 @@ def bulk_set_deferred(
     when: Mapping[Any, Mapping[str, Any]] | None = None,
     exclude: Mapping[str, Sequence[Any]] | None = None,
 ) -> None:
-    """`bulk_set` whose result the caller does not need: inside `apps.core.deferred.deferred_writes()` sent with the
+    """`bulk_set` whose result the caller does not need: inside `apps.core.db.deferred.deferred_writes()` sent with the
     block's next statement, at once otherwise."""
     if rows:
         execute_or_defer(*_update_statement(model, rows, when, exclude))
@@ -260,7 +260,7 @@ def bulk_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) ->
     Fields a row leaves out get their default (`auto_now`/`auto_now_add`: now; nullable: NULL). No model
     instances are built, no signals are sent and no primary keys come back: for append-only rows (events, audit
     entries, usage records) written in bulk. PostgreSQL: one `INSERT … SELECT` from a JSON parameter (or COPY,
-    apps.core.json_rows); SQLite: `executemany`.
+    apps.core.db.json_rows); SQLite: `executemany`.
     """
     if not rows:
         return 0
@@ -366,7 +366,7 @@ def _copy_ready(fields: list, columns: list) -> list:
 def copy_insert_rows(model: type[models.Model], names: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
     """Insert rows given as tuples of plain driver values (str, int, Decimal, aware datetimes, UUIDs, None) in the
     order of the field attnames `names`, in one statement: on PostgreSQL one `INSERT … SELECT` from a JSON parameter
-    (or COPY, apps.core.json_rows), `bulk_insert` elsewhere. For hot
+    (or COPY, apps.core.db.json_rows), `bulk_insert` elsewhere. For hot
     append paths that build their rows directly, with no dict per row. On PostgreSQL a field left out gets only the
     database's default (Django declares none), so name every column that is not nullable."""
     if not rows:

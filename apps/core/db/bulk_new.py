@@ -1,5 +1,5 @@
 """Idempotent appends: insert the rows whose unique key is new and say which were (usage events, thousands a call).
-The rest of apps.core.bulk's statements: apps.core.bulk."""
+The rest of apps.core.db.bulk's statements: apps.core.db.bulk."""
 
 from __future__ import annotations
 

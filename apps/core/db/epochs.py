@@ -94,7 +94,7 @@ class EpochCached(Generic[T]):
     def __init__(self, tables: tuple[str, ...], load: Callable[[], T]) -> None:
         unknown = set(tables) - WATCHED.keys()
         if unknown:
-            raise ValueError(f"EpochCached: {', '.join(sorted(unknown))} not in apps.core.epochs.WATCHED")
+            raise ValueError(f"EpochCached: {', '.join(sorted(unknown))} not in apps.core.db.epochs.WATCHED")
         self.tables, self._load = tables, load
         self._entries: dict[str, tuple[tuple[int, ...], T]] = {}  # alias -> (the tables' epochs, value)
 

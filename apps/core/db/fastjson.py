@@ -6,7 +6,7 @@
   exception is a float, which the two encoders may spell differently (`1e+16`, `1e16`): such a manifest is applied
   once more. Kubernetes manifests carry quantities as strings.
 - `compact(value, default)`: insertion order, no spaces, UTF-8, what `json.dumps(value, default=default,
-  separators=(",", ":"), ensure_ascii=False)` gives, for the rows `apps.core.bulk.bulk_set` hands PostgreSQL.
+  separators=(",", ":"), ensure_ascii=False)` gives, for the rows `apps.core.db.bulk.bulk_set` hands PostgreSQL.
   Datetimes go through `default`, as with `json`.
 
 Text outside ASCII (for `canonical`) and integers beyond 64 bits go to the standard library, so the output never

@@ -143,5 +143,5 @@ def insert_json_rows(meta: Any, fields: Sequence[models.Field], rows: Sequence[S
         payload = orjson.dumps(rows, default=fastjson.not_json, option=options)
     except (orjson.JSONEncodeError, _NotExact):  # an integer beyond 64 bits, a set, bytes, NaN, a lone surrogate...
         return False
-    execute_or_defer(sql, [payload.decode()])  # (inside apps.core.deferred's block: with the next statement)
+    execute_or_defer(sql, [payload.decode()])  # (inside apps.core.db.deferred's block: with the next statement)
     return True

@@ -315,7 +315,7 @@ class PreparedRead:
         self, using: str = DEFAULT_DB_ALIAS, **arguments: Iterable[Any]
     ) -> tuple[str, tuple, Callable[[list], list[tuple]]]:
         """The statement, its parameters, and what turns the rows the driver fetched for it into `rows()`'s: for a
-        read sent with others in one round trip (apps.core.deferred.read_together)."""
+        read sent with others in one round trip (apps.core.db.deferred.read_together)."""
         sql, params, width, columns = self._planned(using, arguments)
 
         def finish(fetched: list) -> list[tuple]:

@@ -1,4 +1,4 @@
-"""`PreparedUpdate`: an UPDATE of a fixed shape compiled once per database (the write side of apps.core.prepared):
+"""`PreparedUpdate`: an UPDATE of a fixed shape compiled once per database (the write side of apps.core.db.prepared):
 a pass's key revocations and finalize writes."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class PreparedUpdate:
             return cursor.rowcount
 
     def run_deferred(self, **arguments: Any) -> None:
-        """`run` whose row count the caller does not need: inside `apps.core.deferred.deferred_writes()` sent with
+        """`run` whose row count the caller does not need: inside `apps.core.db.deferred.deferred_writes()` sent with
         the block's next statement, at once otherwise (default database)."""
         from .deferred import execute_or_defer
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
 
-from apps.core.bulk import bulk_insert
+from apps.core.db.bulk import bulk_insert
 from apps.llm.models import LlmUsage, LlmUsageHourly
 from apps.tenants.models import ApiKey
 

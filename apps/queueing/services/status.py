@@ -7,10 +7,10 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from apps.core import fastjson
-from apps.core.bulk import bulk_set
-from apps.core.deferred import execute_or_defer
-from apps.core.prepared import PreparedRead
+from apps.core.db import fastjson
+from apps.core.db.bulk import bulk_set
+from apps.core.db.deferred import execute_or_defer
+from apps.core.db.prepared import PreparedRead
 
 from ..models import Queue
 
@@ -24,7 +24,7 @@ def queue_status_sync(
 ) -> int | None:
     """Record each queue's admitted usage and waiting count after an admission cycle (only rows that changed; a
     queue named in neither map has none). Returns how many rows changed (None: inside a reconcile pass on
-    PostgreSQL, sent with the pass's other writes, apps.core.deferred).
+    PostgreSQL, sent with the pass's other writes, apps.core.db.deferred).
 
     Status, written by the admission cycle only (not audited: it is observed state, not a change anyone made). On
     PostgreSQL one UPDATE compares and writes (`_QUEUE_STATUS_SQL`); elsewhere one read, then one bulk write.
@@ -44,7 +44,7 @@ def queue_status_sync(
 
 
 # Every queue's new status from one JSON parameter (queues it leaves out: nothing admitted, none waiting), written
-# only where it differs. Its columns leave the queue table's epoch alone (apps.core.epochs).
+# only where it differs. Its columns leave the queue table's epoch alone (apps.core.db.epochs).
 _QUEUE_STATUS_SQL = """
 UPDATE queueing_queue AS q
 SET status_admitted = x.a, status_pending = x.p, status_updated_at = %s

@@ -24,7 +24,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 GRYVIA_PORT = env_int("GRYVIA_PORT", 8000)
 # Long-running processes (the Celery worker, `serve`): the cyclic collector's young-generation threshold once started
-# (apps.core.heap). 0 keeps Python's own (700).
+# (apps.core.db.heap). 0 keeps Python's own (700).
 GRYVIA_GC_YOUNG_THRESHOLD = env_int("GRYVIA_GC_YOUNG_THRESHOLD", 50_000)
 if GRYVIA_GC_YOUNG_THRESHOLD < 0:
     raise ImproperlyConfigured(f"GRYVIA_GC_YOUNG_THRESHOLD must be 0 or more, got {GRYVIA_GC_YOUNG_THRESHOLD}")

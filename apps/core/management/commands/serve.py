@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.cluster.services import NodeBusyError, claim_local_node, set_backend
-from apps.core.heap import freeze_startup_heap
+from apps.core.db.heap import freeze_startup_heap
 from apps.core.periodic import Ticker
 from apps.core.security import AccessLogScrubber
 from apps.llm.gateway.meter import meter
