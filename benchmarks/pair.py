@@ -7,8 +7,9 @@ process waiting on PostgreSQL otherwise pays for waking the other one), so their
 
 The base is checked out with `git worktree add --detach` into a temporary directory and run with this checkout's
 virtual environment (`python -m` puts the worktree first on `sys.path`), so the two differ only in their code.
-Each pair starts both runs at once, each on its own PostgreSQL database (`GRYVIA_BENCH_DB`), and prints their
-`cpu_ms_per_admission` and the ratio per size; the two runs swap their start order from one pair to the next.
+Each pair starts both runs at once, each on its own PostgreSQL database (`GRYVIA_BENCH_DB`: the `--db-name` prefix,
+or `GRYVIA_BENCH_PAIR_DB`'s, then `_base` and `_new`), and prints their `cpu_ms_per_admission` and the ratio per
+size; the two runs swap their start order from one pair to the next.
 
     python -m benchmarks.pair --base HEAD~1                     # 15,000 jobs, 2 pairs
     python -m benchmarks.pair --base 8d7c37f --sizes 1500 --pairs 3
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="15000", help="comma-separated job counts (benchmarks.admission)")
     parser.add_argument("--pairs", type=int, default=2, help="how many pairs of runs")
     parser.add_argument("--db", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument(
+        "--db-name",
+        default=os.environ.get("GRYVIA_BENCH_PAIR_DB", "gryvia_bench_pair"),
+        help="prefix of the two runs' databases (_base, _new), so that two pairs can share a server",
+    )
     args = parser.parse_args(argv)
     if args.pairs < 1:
         raise SystemExit("--pairs: at least 1")
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         _git("worktree", "add", "--detach", "--quiet", str(tree), base)
         try:
             for number in range(1, args.pairs + 1):
-                sides = [("base", tree, "gryvia_bench_pair_base"), ("new", ROOT, "gryvia_bench_pair_new")]
+                sides = [("base", tree, f"{args.db_name}_base"), ("new", ROOT, f"{args.db_name}_new")]
                 if number % 2 == 0:
                     sides.reverse()  # neither side always starts first
                 logs = {name: Path(scratch) / f"{name}.log" for name, _cwd, _db in sides}
