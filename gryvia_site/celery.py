@@ -33,9 +33,9 @@ def _freeze_startup_heap(**_kwargs) -> None:
 @worker_init.connect
 def _run_the_local_node(**_kwargs) -> None:
     """With the local backend this worker runs the installation's workloads (threads pool: one process), or, when
-    another process already does, refuses to start with that one's pid (apps/cluster/backends/local_node.py)."""
+    another process already does, refuses to start with that one's pid (apps/cluster/backends/local/node.py)."""
     from apps.cluster.backends import claim_local_node
-    from apps.cluster.backends.local_node import NodeBusyError
+    from apps.cluster.services import NodeBusyError
 
     try:
         claim_local_node()

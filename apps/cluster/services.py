@@ -44,7 +44,7 @@ from .backends.base import (
     ResourceKind,
     object_key,
 )
-from .backends.local_node import NodeBusyError
+from .backends.local import NodeBusyError
 
 __all__ = [
     # the backend of this process

@@ -16,7 +16,7 @@ import pytest
 
 from apps.cluster.backends.base import DEPLOYMENT, NAMESPACE, POD, ObjectRef
 from apps.cluster.backends.local import LocalBackend
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.pods import group_alive
 from tests.cluster.test_local_workloads import wait_for
 
 NS = "team"

@@ -13,8 +13,8 @@ import pytest
 
 from apps.cluster.backends.base import JOB, POD, ObjectRef
 from apps.cluster.backends.local import LocalBackend
-from apps.cluster.backends.local_node import LocalNode, NodeBusyError, process_identity
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.node import LocalNode, NodeBusyError, process_identity
+from apps.cluster.backends.local.pods import group_alive
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a"}}
 

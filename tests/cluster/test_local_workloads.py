@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from apps.cluster.backends import local_pods
 from apps.cluster.backends.base import JOB, NAMESPACE, NODE, POD, STATEFUL_SET, ConflictError, ObjectRef
 from apps.cluster.backends.local import LocalBackend
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local import pods as local_pods
+from apps.cluster.backends.local.pods import group_alive
 from apps.jobs.manifests import token_secret, workload
 from apps.jobs.spec import JobSpec, normalize_spec
 

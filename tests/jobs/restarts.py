@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.pods import group_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

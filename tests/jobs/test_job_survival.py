@@ -18,7 +18,7 @@ from apps.billing.models import UsageRecord
 from apps.cluster.backends import set_backend
 from apps.cluster.backends.base import JOB, ObjectRef
 from apps.cluster.backends.local import LocalBackend
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.pods import group_alive
 from apps.jobs.models import Job
 from apps.jobs.reconciler import reconcile_jobs
 from apps.tenants.reconciler import reconcile_tenants

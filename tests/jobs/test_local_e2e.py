@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.pods import group_alive
 from apps.jobs import services
 from apps.jobs.api.serializers import queued_message
 from apps.jobs.logs import job_logs, job_pods

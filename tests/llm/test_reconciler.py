@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.cluster.backends.base import DEPLOYMENT, POD, SERVICE
 from apps.cluster.backends.local import LocalBackend
-from apps.cluster.backends.local_pods import group_alive
+from apps.cluster.backends.local.pods import group_alive
 from apps.core.models import AuditEntry
 from apps.core.principal import system
 from apps.llm import local_models, manifests, routing

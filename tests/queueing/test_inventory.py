@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.cluster.backends.local_objects import node_object
+from apps.cluster.backends.local.objects import node_object
 from apps.cluster.gpus import GpuInventory
 from apps.core.db import epochs
 from apps.queueing.inventory import SEEN_REFRESH, gpu_node_fields, gpu_type_of, node_views, sync_gpu_nodes

@@ -353,7 +353,7 @@ def test_a_reservation_keeps_other_tenants_jobs_off_the_reserved_gpus(cluster, k
 
 def test_the_local_node_is_claimed_and_released_like_a_cluster_node(monkeypatch, tenant_a):
     inventory = GpuInventory(count=8, simulated=True, models=("NVIDIA H100 80GB HBM3",))
-    monkeypatch.setattr("apps.cluster.backends.local.gpu_inventory", lambda: inventory)
+    monkeypatch.setattr("apps.cluster.backends.local.backend.gpu_inventory", lambda: inventory)
     backend = LocalBackend()
     try:
         reservation = reserve(tenant_a, count=8)

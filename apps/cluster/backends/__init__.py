@@ -43,6 +43,6 @@ def set_backend(backend: ClusterBackend | None) -> None:
 def claim_local_node() -> None:
     """Make this process the installation's local node now, when the backend is `local`: the process that runs the
     reconcilers (`serve` with its ticker, the Celery worker) claims it at start, so a second one is refused at once
-    with the running one's pid (NodeBusyError) instead of failing each pass (see local_node.py)."""
+    with the running one's pid (NodeBusyError) instead of failing each pass (see local/node.py)."""
     if settings.GRYVIA_BACKEND == "local":
         get_backend().claim()  # type: ignore[attr-defined]

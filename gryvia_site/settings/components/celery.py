@@ -11,7 +11,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 # The local backend runs workloads as children of one process per installation (its node, see
-# apps/cluster/backends/local_node.py): a worker on it runs its tasks in threads of that one process.
+# apps/cluster/backends/local/node.py): a worker on it runs its tasks in threads of that one process.
 CELERY_WORKER_POOL = "threads" if GRYVIA_BACKEND == "local" else "prefork"
 # Beat sends only while it holds a leader lease in Redis (apps.core.beat), so a second beat is a hot standby. The
 # lease is renewed every third of its TTL; a standby takes over at once from a leader stopped cleanly, and within

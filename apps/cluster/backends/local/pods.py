@@ -1,8 +1,8 @@
-"""One local pod's process: started from a LaunchPlan (local_env.py), watched, and stopped.
+"""One local pod's process: started from a LaunchPlan (env.py), watched, and stopped.
 
 A pod is one process group (`start_new_session=True`). When its main process exits, whatever is left of the group
 is killed, as a container's processes die with it. When the thread that started it ends (with its process, however
-that process dies), the main process gets SIGKILL (local_node.die_with_parent). `terminate()` is the termination
+that process dies), the main process gets SIGKILL (node.die_with_parent). `terminate()` is the termination
 sequence: an optional checkpoint request (request file + SIGUSR1) and grace, SIGTERM, a short wait, SIGKILL; it
 returns only when no process of the group is alive.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 from apps.cluster.gpus import gpu_allocator
 
-from .local_env import LOOPBACK, LaunchPlan
-from .local_node import die_with_parent
+from .env import LOOPBACK, LaunchPlan
+from .node import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class PodProcess:
                     env=plan.env,
                     cwd=plan.cwd,
                     start_new_session=True,
-                    preexec_fn=die_with_parent(),  # noqa: PLW1509 - a resolved libc call only (local_node.py)
+                    preexec_fn=die_with_parent(),  # noqa: PLW1509 - a resolved libc call only (node.py)
                 )
             except OSError as exc:
                 log.write(f"gryvia-local: cannot start {plan.argv[:1]}: {exc}\n".encode())

@@ -13,8 +13,8 @@ from typing import Any
 
 from apps.cluster.gpus import GpuInventory
 
-from .local_env import LOOPBACK, container_of
-from .local_pods import PodProcess
+from .env import LOOPBACK, container_of
+from .pods import PodProcess
 
 NODE_NAME = "local"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from .base import ClusterError
+from ..base import ClusterError
 
 logger = logging.getLogger(__name__)
 

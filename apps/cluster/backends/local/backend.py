@@ -3,13 +3,13 @@ the same API as Kubernetes (apply, list by label, watch, ...), so every reconcil
 
 Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job`, `apps/v1
 StatefulSet` or `apps/v1 Deployment` becomes local processes, with Pods and `status` kept as a cluster would (see
-local_workloads.py and local_replicas.py). One
-Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
+workloads.py and replicas.py). One Ready
+Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
 and taints, as one field manager's (what a later apply omits goes again), so reservation claims work as on a cluster.
 Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`.
 
 The installation's backend (`get_backend()`, `node=True`) runs workloads in one process of the installation, the
-node (local_node.py): other processes read what it publishes and write nothing. After a restart the store is empty:
+node (node.py): other processes read what it publishes and write nothing. After a restart the store is empty:
 the reconcilers rebuild it on their first pass, and the job reconciler runs again, or fails, the jobs whose
 workloads were lost.
 """
@@ -32,7 +32,7 @@ import orjson
 
 from apps.cluster.gpus import gpu_inventory
 
-from .base import (
+from ..base import (
     DEPLOYMENT,
     JOB,
     NODE,
@@ -46,10 +46,10 @@ from .base import (
     kind_of,
     labels_match,
 )
-from .local_logs import FINISHED, PodLogsMixin
-from .local_node import LocalNode
-from .local_objects import NODE_NAME, node_object
-from .local_workloads import WorkloadSupervisor
+from .logs import FINISHED, PodLogsMixin
+from .node import LocalNode
+from .objects import NODE_NAME, node_object
+from .workloads import WorkloadSupervisor
 
 _WORKLOADS = (JOB, STATEFUL_SET, DEPLOYMENT)
 
@@ -68,7 +68,7 @@ class LocalBackend(PodLogsMixin):
 
     `data_dir` holds logs, volumes and working directories (a temporary directory, removed by `close()`, when
     neither it nor `log_dir` is given); `log_dir` alone (the older form) means `data_dir = log_dir.parent`.
-    `node`: this is the installation's backend, shared by every process that uses `data_dir` (local_node.py): the
+    `node`: this is the installation's backend, shared by every process that uses `data_dir` (node.py): the
     first write claims the node for this process, or is refused while another process holds it; until then, and
     in any process that never writes, reads show the objects the node publishes.
     """

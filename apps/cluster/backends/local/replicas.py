@@ -16,16 +16,13 @@ import http.client
 import random
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .base import DEPLOYMENT, STATEFUL_SET
-from .local_controller import BUSY_TICK_S, IDLE_TICK_S, WorkloadController
-from .local_env import LOOPBACK
-from .local_objects import condition, deployment_status, stateful_set_status, template_hash
-from .local_pods import PodProcess, now_iso
-
-if TYPE_CHECKING:
-    from .local_workloads import WorkloadSupervisor
+from ..base import DEPLOYMENT, STATEFUL_SET
+from .controller import BUSY_TICK_S, IDLE_TICK_S, Supervisor, WorkloadController
+from .env import LOOPBACK
+from .objects import condition, deployment_status, stateful_set_status, template_hash
+from .pods import PodProcess, now_iso
 
 BACKOFF_S = (1.0, 30.0)  # a pod's restart delay: first, longest
 HTTP_PROBE_TIMEOUT_CAP_S = 2.0  # probes run on the controller's thread: a hung server must not stall it long
@@ -37,7 +34,7 @@ class ReplicaController(WorkloadController):
 
     restarts_in_place = True
 
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
+    def __init__(self, sup: Supervisor, obj: dict[str, Any]) -> None:
         super().__init__(sup, obj)
         self.restart_at: dict[int, float] = {}
         self.next_probe = 0.0
@@ -116,7 +113,7 @@ class StatefulSetController(ReplicaController):
 
     resource = STATEFUL_SET
 
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
+    def __init__(self, sup: Supervisor, obj: dict[str, Any]) -> None:
         super().__init__(sup, obj)
         self.service = self.spec.get("serviceName")
 
@@ -134,7 +131,7 @@ class DeploymentController(ReplicaController):
 
     resource = DEPLOYMENT
 
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
+    def __init__(self, sup: Supervisor, obj: dict[str, Any]) -> None:
         super().__init__(sup, obj)
         self.template_hash = template_hash(self.template)
         self.transitions: dict[str, tuple[str, str]] = {}  # condition type -> (status + reason, since)

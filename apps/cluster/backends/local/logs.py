@@ -1,6 +1,6 @@
 """The local backend's pod logs: files under `<data_dir>/logs/<namespace>/<pod>.log`, read whole or followed.
 
-A mixin of `LocalBackend` (local.py). Any process of an installation reads them; whether a pod has finished (its
+A mixin of `LocalBackend` (backend.py). Any process of an installation reads them; whether a pod has finished (its
 log will not grow) comes from the objects this process sees (its own, or those the node publishes).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .base import NotFoundError
+from ..base import NotFoundError
 
 FINISHED = ("Succeeded", "Failed")  # pod phases after which its log does not grow
 

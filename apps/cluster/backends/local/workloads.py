@@ -1,9 +1,9 @@
 """WorkloadSupervisor: the local backend's kubelet and workload controllers. A `batch/v1 Job`, `apps/v1
 StatefulSet` or `apps/v1 Deployment` stored in the LocalBackend runs as local processes, one process group per
 index (replica), and the supervisor keeps their Pod objects and the workload's `status` as Kubernetes would report
-them. JobController is here; the long-running kinds are in local_replicas.py.
+them. JobController is here; the long-running kinds are in replicas.py.
 
-Threads, no asyncio: one controller thread per workload owns its state (local_controller.py); one thread per
+Threads, no asyncio: one controller thread per workload owns its state (controller.py); one thread per
 process waits for it; each termination runs on its own thread so grace periods overlap. The backend only posts
 messages to controllers, and controllers call the backend without holding a supervisor lock, so locks never nest
 the wrong way.
@@ -21,13 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import local_pods
-from .base import JOB
-from .local_controller import IDLE_TICK_S, WorkloadController, WorkloadStore
-from .local_node import LocalNode
-from .local_objects import condition, job_status
-from .local_pods import PodProcess, kill_group, now_iso
-from .local_replicas import DeploymentController, StatefulSetController
+from ..base import JOB
+from . import pods
+from .controller import IDLE_TICK_S, Supervisor, WorkloadController, WorkloadStore
+from .node import LocalNode
+from .objects import condition, job_status
+from .pods import PodProcess, kill_group, now_iso
+from .replicas import DeploymentController, StatefulSetController
 
 __all__ = ["DeploymentController", "JobController", "StatefulSetController", "WorkloadSupervisor"]
 
@@ -43,7 +43,7 @@ class JobController(WorkloadController):
 
     resource = JOB
 
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
+    def __init__(self, sup: Supervisor, obj: dict[str, Any]) -> None:
         super().__init__(sup, obj)
         self.service = self.pod_spec.get("subdomain")
         elastic_env = str(self.env.get("GRYVIA_ELASTIC", "")).lower() == "true"
@@ -149,7 +149,7 @@ class WorkloadSupervisor:
 
     def __init__(self, store: WorkloadStore, *, data_dir: Path, log_dir: Path, groups: LocalNode | None = None) -> None:
         self.store = store
-        self.groups = groups  # the installation's node, which records each pod's process group (local_node.py)
+        self.groups = groups  # the installation's node, which records each pod's process group (node.py)
         self.data_dir, self.log_dir = data_dir, log_dir
         self.closed = False
         self._lock = threading.RLock()
@@ -228,7 +228,7 @@ class WorkloadSupervisor:
             workloads = list(self._workloads.values())
         for workload in workloads:
             workload.post(("close", CLOSE_GRACE_S))
-        if not self._join(time.monotonic() + CLOSE_GRACE_S + local_pods.SIGTERM_WAIT_S + 5):
+        if not self._join(time.monotonic() + CLOSE_GRACE_S + pods.SIGTERM_WAIT_S + 5):
             with self._lock:
                 live = list(self._live)
             for pod in live:

@@ -1,7 +1,7 @@
 """The part every local workload controller shares: a thread that owns one workload's pods and reacts to messages
 (spec changed, deleted, a pod deleted, a process exited, shutdown), starting pods and stopping them through the
-termination sequence. JobController (local_workloads.py), StatefulSetController and DeploymentController
-(local_replicas.py) add what their kinds mean.
+termination sequence. JobController (workloads.py), StatefulSetController and DeploymentController
+(replicas.py) add what their kinds mean.
 """
 
 from __future__ import annotations
@@ -14,17 +14,16 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 from apps.cluster.gpus import gpu_allocator, gpu_inventory
 
-from .base import POD, ResourceKind
-from .local_env import PodConfigError, PodContext, build_launch, container_of, gpus_wanted, grace_of
-from .local_objects import render_pod
-from .local_pods import PodProcess, free_port, kill_group, now_iso
-
-if TYPE_CHECKING:
-    from .local_workloads import WorkloadSupervisor
+from ..base import POD, ResourceKind
+from .env import PodConfigError, PodContext, build_launch, container_of, gpus_wanted, grace_of
+from .objects import render_pod
+from .pods import PodProcess, free_port, kill_group, now_iso
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +46,24 @@ class WorkloadStore(Protocol):
     def remove_owned(self, namespace: str, owner_uid: str, *, finished_only: bool) -> None: ...
 
 
+class Supervisor(Protocol):
+    """What a controller needs from the supervisor that runs it (WorkloadSupervisor, workloads.py, implements it):
+    declared here so that the controllers do not import the module that creates them."""
+
+    store: WorkloadStore
+    data_dir: Path
+    log_dir: Path
+    closed: bool
+
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread: ...
+
+    def track(self, pod: PodProcess) -> None: ...
+
+    def started(self, pod: PodProcess) -> None: ...
+
+    def untrack(self, pod: PodProcess) -> None: ...
+
+
 class WorkloadController(ABC):
     """One workload: its current pod per index (`pods`), the pods being terminated (`stopping`), and a thread.
 
@@ -59,7 +76,7 @@ class WorkloadController(ABC):
     # waits for the readiness probe; a Job's pods run once and are ready while they run.
     restarts_in_place = False
 
-    def __init__(self, sup: WorkloadSupervisor, obj: dict[str, Any]) -> None:
+    def __init__(self, sup: Supervisor, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
         self.sup = sup
         self.kind, self.name, self.namespace, self.uid = obj["kind"], meta["name"], meta["namespace"], meta["uid"]
