@@ -11,6 +11,7 @@ class CoreConfig(AppConfig):
         from django.conf import settings
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_delete, post_migrate
+        from django.utils.module_loading import autodiscover_modules
 
         from . import liveauth
         from .api import schema  # noqa: F401
@@ -31,3 +32,5 @@ class CoreConfig(AppConfig):
             sender=settings.OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL,
             dispatch_uid="gryvia-live-token-deleted",
         )
+        # Each app's tasks.py registers its periodic work (apps.core.periodic) and Celery tasks when imported.
+        autodiscover_modules("tasks")

@@ -5,6 +5,9 @@ Any number of `make beat` processes may run (the chart runs a hot standby). The 
 every `poll_s`, and take over when the leader releases it (SIGTERM, Ctrl-C) or its TTL runs out (SIGKILL, a lost
 host): within `GRYVIA_BEAT_LOCK_TTL_S` plus one poll.
 
+The schedule is the periodic registry (apps.core.periodic, filled by each app's tasks.py), with any
+CELERY_BEAT_SCHEDULE entries beside it.
+
 There is no schedule file. Celery's default keeps the schedule in a shelve file that two beats sharing a data dir
 corrupt, and each then sends everything; our intervals are seconds, so the file saved nothing worth keeping. When
 each entry was last sent lives in a Redis hash instead: the leader writes an entry's time as it sends it, and a
@@ -21,7 +24,7 @@ import redis
 from celery.beat import Scheduler
 from django.conf import settings
 
-from . import heartbeats
+from . import heartbeats, periodic
 from .leader import LeaderLease, lease_holder
 
 logger = logging.getLogger(__name__)
@@ -51,6 +54,12 @@ class LeaderScheduler(Scheduler):
         return (
             f"    . leader lease -> {self.lease.key} ({self.lease.ttl_s:g} s TTL)\n    . last sent -> {LAST_SENT_KEY}"
         )
+
+    def setup_schedule(self) -> None:
+        """The apps' periodic work (apps.core.periodic) besides any CELERY_BEAT_SCHEDULE entries (one merge: a
+        second would drop what the first added)."""
+        self.install_default_entries(self.data)
+        self.merge_inplace({**self.app.conf.beat_schedule, **periodic.registry.beat_schedule()})
 
     def tick(self, *args, **kwargs) -> float:
         now = time.monotonic()

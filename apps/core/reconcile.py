@@ -31,10 +31,10 @@ from apps.cluster.services import (
     object_key,
 )
 
+from . import periodic
 from .db import fastjson
 from .locks import LockedRead, try_advisory_lock
 from .metrics import RECONCILE_DURATION, RECONCILE_ERRORS
-from .periodic import periodic_function
 
 logger = logging.getLogger(__name__)
 Owner = TypeVar("Owner")
@@ -95,9 +95,10 @@ class OwnerReconciler(ABC, Generic[Owner]):
     delete_order: tuple[str, ...] = ()
     # The label naming an object's owner key, when that is all owner_key_of() reads (the pass then reads it itself).
     owner_label: str | None = None
-    # The periodic pass (a GRYVIA_PERIODIC name, a function taking the backend) that makes the namespaces this
-    # reconciler's objects go into. An apply that finds its namespace missing (the cluster was emptied, or the
-    # namespace deleted by hand) runs it first, with this pass's backend, once per namespace and pass, then retries.
+    # The periodic pass (a name in apps.core.periodic's registry, a function taking the backend) that makes the
+    # namespaces this reconciler's objects go into. An apply that finds its namespace missing (the cluster was
+    # emptied, or the namespace deleted by hand) runs it first, with this pass's backend, once per namespace and
+    # pass, then retries.
     namespace_pass: str | None = "reconcile-tenants"
 
     def __init__(self, backend: ClusterBackend, *, max_per_pass: int = 500, budget_s: float = 15.0) -> None:
@@ -291,7 +292,7 @@ class OwnerReconciler(ABC, Generic[Owner]):
             return False
         if namespace not in self.namespaces_made:
             logger.warning("%s pass: namespace %s is missing; %s runs first", self.kind, namespace, self.namespace_pass)
-            stats = periodic_function(self.namespace_pass)(self.backend)
+            stats = periodic.run_periodic(self.namespace_pass, self.backend)
             self.namespaces_made[namespace] = not (isinstance(stats, ReconcileStats) and stats.skipped)
         return self.namespaces_made[namespace]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qsl, quote
 
 from django.conf import settings
@@ -25,6 +26,16 @@ CREDENTIAL_PARAMS = frozenset(
 # A Gryvia API key (apps.tenants.keys.KEY_PATTERN) under any parameter name.
 API_KEY_IN_TEXT = re.compile(r"gry_[A-Za-z0-9]{8,16}_[A-Za-z0-9]{32,}")
 REDACTED = "[redacted]"
+
+# Path prefix -> the refusal in that surface's own error format, `render(message, param)` (param: the first
+# credential parameter). Apps whose surface has its own envelope add theirs in AppConfig.ready(); the LLM gateway
+# registers OpenAI's under /v1/, as its clients parse it.
+refusal_renderers: dict[str, Callable[[str, str], HttpResponse]] = {}
+
+
+def register_refusal_renderer(prefix: str, render: Callable[[str, str], HttpResponse]) -> None:
+    """Answer a credential in the URL of a path under `prefix` with `render(message, param)`."""
+    refusal_renderers[prefix] = render
 
 
 def query_credentials(query_string: str) -> list[str]:
@@ -56,10 +67,9 @@ def _refusal(request: HttpRequest, names: list[str]) -> HttpResponse:
         "header as 'Bearer <token>', and revoke this one, since URLs are logged"
     )
     path = request.path_info
-    if path.startswith("/v1/"):  # the OpenAI-compatible API: OpenAI's envelope, as its clients parse it
-        from apps.llm.gateway.errors import error_response
-
-        return error_response(400, message, code="credential_in_url", param=names[0])
+    for prefix, render in refusal_renderers.items():
+        if path.startswith(prefix):
+            return render(message, names[0])
     if path.startswith("/api/"):  # the REST API's own format (apps.core.api.exceptions)
         body = {"error": {"type": "invalid_request", "message": message}}
     elif path.startswith("/o/"):  # OAuth endpoints answer as RFC 6750 §3.1 says

@@ -1,6 +1,7 @@
-"""Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer and, in the embedded
-profile, the local models registered at start serve; `/readyz?verbose` in the production profile also reports the
-Celery workers and beats seen lately), /metrics; and the answer under /api/ to a path no endpoint has."""
+"""Public probes and metrics: /healthz (the process answers), /readyz (its dependencies answer and the apps'
+readiness checks pass, apps.core.lifecycle: in the embedded profile, the local models registered at start serve;
+`/readyz?verbose` in the production profile also reports the Celery workers and beats seen lately), /metrics; and
+the answer under /api/ to a path no endpoint has."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from . import heartbeats
+from . import heartbeats, lifecycle
 from .metrics import REGISTRY
 
 
@@ -43,46 +44,22 @@ def _check_redis(*, verbose: bool) -> tuple[str | None, heartbeats.Background | 
     return None, None
 
 
-def _local_models_not_ready() -> list[dict[str, str]]:
-    """The enabled local models registered at start (the packaged tiny-chat and minilm, shared, on this machine's
-    backend) that are not Ready, with their phase and why. In a cluster profile there are none to wait for."""
-    if settings.GRYVIA_BACKEND != "local":
-        return []
-    from apps.llm import local_models
-    from apps.llm.models import InferenceService, ServicePhase
-
-    rows = (
-        InferenceService.objects.filter(
-            tenant__isnull=True,
-            enabled=True,
-            replicas__gt=0,
-            name__in=[m.name for m in local_models.MODELS],
-            runtime__in=[local_models.LLAMACPP, local_models.SENTENCE_TRANSFORMERS],
-        )
-        .exclude(status_phase=ServicePhase.READY)
-        .order_by("name")
-        .values_list("name", "status_phase", "status_message")
-    )
-    return [{"name": name, "phase": phase, "message": message} for name, phase, message in rows]
-
-
 def readyz(request: HttpRequest) -> JsonResponse:
-    """503 when this server cannot serve: a dependency is down, or a local model it registered is not Ready.
+    """503 when this server cannot serve: a dependency is down, or an app's readiness check fails (a local model
+    registered at start is not Ready).
 
     `?verbose` adds, with REDIS_URL set, the Celery workers and beats seen lately (`background`) and what is missing
     (`warnings`). Missing ones leave the server ready: the API still serves, only periodic work waits, and a probe
     that failed then would take every web replica out of service for a fault of the background processes."""
     redis_problem, background = _check_redis(verbose="verbose" in request.GET)
     problems = [p for p in (_check_database(), redis_problem) if p]
-    waiting: list[dict[str, str]] = []
-    if not problems:  # the query needs the database
-        waiting = _local_models_not_ready()
-    if waiting:
-        names = ", ".join(f"{s['name']} ({s['phase']})" for s in waiting)
-        problems.append(f"local inference services not ready: {names}")
+    not_ready: list[lifecycle.NotReady] = []
+    if not problems:  # the checks query the database
+        not_ready = [found for check in lifecycle.readiness_checks() if (found := check()) is not None]
+    problems += [found.problem for found in not_ready]
     body: dict = {"status": "ok" if not problems else "unavailable", "problems": problems}
-    if waiting:
-        body["inference_services"] = waiting
+    for found in not_ready:
+        body[found.key] = found.items
     if background is not None:
         body["background"] = background.as_json()
         body["warnings"] = background.warnings()

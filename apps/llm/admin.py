@@ -16,7 +16,8 @@ from apps.tenants.services import admin_principal
 
 from . import services, spec
 from .api.filters import InferenceServiceFilterSet, ModelAliasFilterSet
-from .models import InferenceService, LlmUsage, LlmUsageHourly, ModelAlias, Task
+from .choices import Task
+from .models import InferenceService, LlmUsage, LlmUsageHourly, ModelAlias
 
 _SPEC = tuple(f for f in InferenceService.AUDIT_FIELDS if f != "name")
 

@@ -5,3 +5,18 @@ class LlmConfig(AppConfig):
     name = "apps.llm"
     label = "llm"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from apps.core import lifecycle, security
+
+        from . import local_registry
+        from .gateway.errors import credential_in_url_response
+        from .gateway.meter import meter
+
+        # Core's lifecycle (apps.core.lifecycle): bootstrap registers the packaged local models, /readyz waits for
+        # them, and `serve` writes the gateway's last usage rows when it stops.
+        lifecycle.register_bootstrap_step("local-models", local_registry.bootstrap_local_models, order=10)
+        lifecycle.register_readiness_check("local-models", local_registry.local_models_readiness)
+        lifecycle.register_serve_stop("llm-meter", meter.stop)
+        # A credential in a /v1/ URL is refused in OpenAI's envelope (apps.core.security).
+        security.register_refusal_renderer("/v1/", credential_in_url_response)

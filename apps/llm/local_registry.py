@@ -10,16 +10,19 @@ cluster the packaged weights are not where the pods run, so nothing is registere
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from apps.core.audit import audit_record, snapshot
+from apps.core.lifecycle import NotReady
 from apps.core.periodic import nudge
-from apps.core.principal import Principal
+from apps.core.principal import Principal, system
 
 from . import local_models, routing
-from .models import InferenceService, Task
+from .choices import ServicePhase, Task
+from .models import InferenceService
 from .reconciler import RECONCILE
 
 
@@ -88,3 +91,33 @@ def _create_shared_service(model: local_models.LocalModel, *, actor: Principal) 
     except IntegrityError:  # another process registered it meanwhile
         return False
     return True
+
+
+def bootstrap_local_models(out: TextIO) -> None:
+    """`manage.py bootstrap`'s step (apps.core.lifecycle): register the packaged models, and say which."""
+    out.write(register_local_models(actor=system("bootstrap")).summary())
+
+
+def local_models_readiness() -> NotReady | None:
+    """/readyz's check (apps.core.lifecycle): the enabled local models registered at start (the packaged tiny-chat
+    and minilm, shared, on this machine's backend) that are not Ready, with their phase and why. In a cluster
+    profile there are none to wait for."""
+    if settings.GRYVIA_BACKEND != "local":
+        return None
+    rows = (
+        InferenceService.objects.filter(
+            tenant__isnull=True,
+            enabled=True,
+            replicas__gt=0,
+            name__in=[m.name for m in local_models.MODELS],
+            runtime__in=[local_models.LLAMACPP, local_models.SENTENCE_TRANSFORMERS],
+        )
+        .exclude(status_phase=ServicePhase.READY)
+        .order_by("name")
+        .values_list("name", "status_phase", "status_message")
+    )
+    waiting = [{"name": name, "phase": phase, "message": message} for name, phase, message in rows]
+    if not waiting:
+        return None
+    names = ", ".join(f"{s['name']} ({s['phase']})" for s in waiting)
+    return NotReady(problem=f"local inference services not ready: {names}", key="inference_services", items=waiting)

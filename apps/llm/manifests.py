@@ -19,7 +19,8 @@ from typing import Any
 
 from apps.cluster.services import MANAGED_BY, MANAGER
 
-from .models import InferenceService, Runtime
+from .choices import Runtime
+from .models import InferenceService
 
 COMPONENT = "gryvia.io/component"
 COMPONENT_VALUE = "inference-service"

@@ -13,33 +13,13 @@ from django.db.models import Q
 from apps.core.models import TimestampedModel
 from apps.tenants.models.tenant import DNS_LABEL
 
+from .choices import Runtime, ServicePhase, Task
+
 # What a client puts in `model`: OpenAI-style names such as `llama-3.1-8b-instruct` or `org/model:tag`.
 MODEL_NAME = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$",
     "letters, digits and . _ : / - (at most 100, starting with a letter or digit)",
 )
-
-
-class Runtime(models.TextChoices):
-    EXTERNAL = "external", "External OpenAI-compatible URL"
-    LLAMACPP = "llamacpp", "llama.cpp (GGUF)"
-    SENTENCE_TRANSFORMERS = "sentence-transformers", "sentence-transformers (embeddings)"
-    VLLM = "vllm", "vLLM"
-    TGI = "tgi", "Text Generation Inference"
-
-
-class Task(models.TextChoices):
-    CHAT = "chat", "Chat and text completions"
-    EMBEDDINGS = "embeddings", "Embeddings"
-
-
-class ServicePhase(models.TextChoices):
-    PENDING = "Pending"
-    DEPLOYING = "Deploying"
-    READY = "Ready"
-    DEGRADED = "Degraded"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
 
 
 class InferenceService(TimestampedModel):

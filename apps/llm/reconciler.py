@@ -38,8 +38,9 @@ from apps.cluster.services import (
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 
 from . import local_models, manifests, routing
+from .choices import Runtime, ServicePhase
 from .manifests import LocalLaunch
-from .models import InferenceService, Runtime, ServicePhase
+from .models import InferenceService
 
 logger = logging.getLogger(__name__)
 

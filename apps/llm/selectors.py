@@ -24,6 +24,20 @@ from apps.core.scoping import ALL_TENANTS, Scope
 
 from .models import InferenceService, LlmUsageHourly, ModelAlias
 
+__all__ = [
+    "MODELS_READ",
+    "USAGE_GROUPS",
+    "USAGE_GROUP_KEYS",
+    "USAGE_METRICS",
+    "UsageReport",
+    "inference_service_get_visible",
+    "inference_services_visible",
+    "llm_usage_report",
+    "model_alias_get_visible",
+    "model_aliases_visible",
+    "resolve_name",
+]
+
 MODELS_READ = "models:read"
 
 

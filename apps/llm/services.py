@@ -14,7 +14,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -28,6 +27,24 @@ from apps.tenants.models import Tenant
 
 from . import routing, spec
 from .models import InferenceService, ModelAlias
+
+__all__ = [
+    "ALIAS_FIELDS",
+    "KEY_LIMIT_FIELDS",
+    "MODELS_WRITE",
+    "RECONCILE",
+    "SERVICE_FIELDS",
+    "inference_service_create",
+    "inference_service_delete",
+    "inference_service_update",
+    "model_alias_create",
+    "model_alias_delete",
+    "model_alias_update",
+    "upstream_credential",
+    "validate_inference_service",
+    "validate_key_limits",
+    "validate_model_alias",
+]
 
 RECONCILE = "reconcile-inference-services"
 MODELS_WRITE = "models:write"
@@ -56,9 +73,7 @@ def _audit(actor: Principal, action: str, obj: InferenceService | ModelAlias, be
 def _changed() -> None:
     """After commit: the gateway reloads its routes, the reconciler looks at once."""
     transaction.on_commit(routing.routes_changed)
-    # A nudge for a name the periodic table lacks would keep the embedded ticker waking; skip it until it is there.
-    if RECONCILE in settings.GRYVIA_PERIODIC:
-        nudge(RECONCILE)
+    nudge(RECONCILE)
 
 
 def _require_write(actor: Principal, tenant: Tenant | None, what: str) -> None:

@@ -18,7 +18,8 @@ from django.core.validators import URLValidator
 from apps.core.quantities import QuantityError, parse_quantity
 
 from . import local_models
-from .models import MODEL_NAME, Runtime, Task
+from .choices import Runtime, Task
+from .models import MODEL_NAME
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MODEL_NAME_RE = re.compile(MODEL_NAME.regex.pattern)

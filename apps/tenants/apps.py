@@ -5,3 +5,17 @@ class TenantsConfig(AppConfig):
     name = "apps.tenants"
     label = "tenants"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from apps.core import lifecycle
+
+        from . import demo
+
+        # `manage.py bootstrap` (apps.core.lifecycle): the demo tenant after the other apps' steps, and its key's flags.
+        lifecycle.register_bootstrap_step("demo-tenant", demo.demo_set_up, order=20)
+        lifecycle.register_bootstrap_action(
+            "print-demo-key", demo.demo_key_print, help_text="print the demo API key alone, and stop"
+        )
+        lifecycle.register_bootstrap_action(
+            "rotate-demo-key", demo.demo_key_rotate, help_text="replace the demo API key: print and store a new one"
+        )

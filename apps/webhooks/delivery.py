@@ -31,7 +31,8 @@ from django.utils import timezone
 from apps.core import crypto, netguard
 
 from . import payloads, signing
-from .models import AttemptStatus, Delivery, DeliveryAttempt, DeliveryStatus
+from .choices import AttemptStatus, DeliveryStatus
+from .models import Delivery, DeliveryAttempt
 from .services import endpoint_failures_record
 
 USER_AGENT = "gryvia-webhooks/1"

@@ -8,6 +8,8 @@ from django.db import models
 
 from apps.core.models import TenantOwnedModel
 
+from .choices import AttemptStatus, DeliveryStatus, Format
+
 
 def _event_id() -> str:
     return f"evt_{uuid.uuid4().hex}"
@@ -15,25 +17,6 @@ def _event_id() -> str:
 
 def _message_id() -> str:
     return f"msg_{uuid.uuid4().hex}"
-
-
-class Format(models.TextChoices):
-    STANDARD = "standard"  # Standard Webhooks: JSON {type, timestamp, data}, signed
-    SLACK = "slack"  # a Slack incoming webhook: {"text": ...}
-
-
-class DeliveryStatus(models.TextChoices):
-    PENDING = "pending"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-class AttemptStatus(models.TextChoices):
-    IN_FLIGHT = "in_flight"  # claimed by a worker that has not reported yet
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    REFUSED = "refused"  # the address guard refused the URL or an address it resolved to
-    ABANDONED = "abandoned"  # the worker's lease ran out (it died or hung); the delivery was claimed again
 
 
 class WebhookEndpoint(TenantOwnedModel):

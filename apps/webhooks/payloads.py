@@ -9,7 +9,7 @@ import fnmatch
 import json
 from typing import Any
 
-from .models import Format
+from .choices import Format
 
 _PHASE_WORDS = {
     "job.queued": "is queued",

@@ -6,6 +6,11 @@ from django.db.models import Prefetch, QuerySet
 
 from .models import Delivery, DeliveryAttempt, WebhookEndpoint
 
+__all__ = [
+    "deliveries_of",
+    "delivery_of",
+]
+
 
 def deliveries_of(*, endpoint: WebhookEndpoint) -> QuerySet[Delivery]:
     """The endpoint's deliveries with their event and every attempt, in a fixed number of queries."""

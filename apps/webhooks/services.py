@@ -27,7 +27,25 @@ from apps.core.principal import Principal, system
 from apps.tenants.models import Tenant
 
 from . import signing
-from .models import Delivery, DeliveryStatus, Format, WebhookEndpoint
+from .choices import DeliveryStatus, Format
+from .models import Delivery, WebhookEndpoint
+
+__all__ = [
+    "DRAIN",
+    "SUBSCRIBABLE",
+    "SYSTEM",
+    "UPDATE_FIELDS",
+    "WRITE",
+    "delivery_redeliver",
+    "endpoint_create",
+    "endpoint_delete",
+    "endpoint_failures_record",
+    "endpoint_ping",
+    "endpoint_rotate_secret",
+    "endpoint_update",
+    "validate_fields",
+    "validate_url",
+]
 
 WRITE = "webhooks:write"
 DRAIN = "deliver-webhooks"

@@ -20,7 +20,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from apps.core import heartbeats
+from apps.core import heartbeats, periodic
 from apps.core.beat import LAST_SENT_KEY
 from apps.core.leader import lease_holder
 
@@ -102,7 +102,7 @@ def _first_after(sent: list[Sent], name: str, t: float, *, not_from: int) -> Sen
 def test_two_standbys_never_double_send_and_take_over_within_an_interval(tmp_path):
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.delete(*KEYS)
-    intervals = {name: interval for name, (_path, interval) in settings.GRYVIA_PERIODIC.items()}
+    intervals = {task.name: task.every for task in periodic.registry}
     logs = [tmp_path / f"beat-{i}.log" for i in range(3)]
     beats: dict[int, subprocess.Popen] = {}
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from channels.layers import get_channel_layer
@@ -17,7 +18,7 @@ def test_the_profile_follows_the_environment():
     redis_layer = "channels_redis.core.RedisChannelLayer"
     assert (settings.CHANNEL_LAYERS["default"]["BACKEND"] == redis_layer) == bool(settings.REDIS_URL)
     assert (settings.CELERY_BROKER_URL == settings.REDIS_URL) == bool(settings.REDIS_URL)
-    assert settings.CELERY_BEAT_SCHEDULE["reconcile-tenants"]["task"] == "apps.core.tasks.run_periodic"
+    assert periodic.registry.beat_schedule()["reconcile-tenants"]["task"] == "apps.core.tasks.run_periodic"
 
 
 @pytest.mark.postgres
@@ -66,7 +67,7 @@ def test_the_embedded_ticker_runs_a_nudged_pass(tenant_a):
     from apps.cluster.backends import get_backend
     from apps.cluster.backends.base import NAMESPACE
 
-    ticker = periodic.Ticker({"reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 3600.0)})
+    ticker = periodic.Ticker([dataclasses.replace(periodic.registry.get("reconcile-tenants"), every=3600.0)])
     ticker.start()
     try:
         from tests.factories import make_tenant

@@ -256,10 +256,9 @@ def test_each_change_tells_the_gateway_after_commit(tenant_a, django_capture_on_
     assert nudged == [services.RECONCILE]
 
 
-def test_nudges_the_reconciler_once_it_is_scheduled(tenant_a, settings, monkeypatch):
+def test_every_write_nudges_the_reconciler(tenant_a, monkeypatch):
     nudged: list[str] = []
     monkeypatch.setattr(services, "nudge", nudged.append)
-    settings.GRYVIA_PERIODIC = {**settings.GRYVIA_PERIODIC, services.RECONCILE: ("apps.llm.nothing", 30.0)}
     service = external(tenant_a)
     services.inference_service_update(actor=ACTOR, service=service, weight=1)
     services.inference_service_delete(actor=ACTOR, service=service)

@@ -2,7 +2,8 @@
 
 import django_filters
 
-from ..models import InferenceService, ModelAlias, Runtime, ServicePhase, Task
+from ..choices import Runtime, ServicePhase, Task
+from ..models import InferenceService, ModelAlias
 
 
 class InferenceServiceFilterSet(django_filters.FilterSet):

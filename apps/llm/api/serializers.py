@@ -13,7 +13,8 @@ from rest_framework import serializers
 from apps.core.api.serializers import ManifestSerializerMixin, StrictModelSerializer
 
 from .. import local_models, spec
-from ..models import InferenceService, ModelAlias, Runtime, Task
+from ..choices import Runtime, Task
+from ..models import InferenceService, ModelAlias
 
 # `spec` keys whose camelCase form the generic conversion would split wrongly (priceInputPer1M -> ..._per1_m).
 _SPEC_KEYS = {

@@ -63,3 +63,8 @@ def error_response(
     for name, value in (headers or {}).items():
         response[name] = value
     return response
+
+
+def credential_in_url_response(message: str, param: str) -> HttpResponse:
+    """A credential in a /v1/ URL refused in OpenAI's envelope, as its clients parse it (apps.core.security)."""
+    return error_response(400, message, code="credential_in_url", param=param)

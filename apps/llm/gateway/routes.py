@@ -19,7 +19,8 @@ from django.conf import settings
 
 from apps.core.crypto import decrypt
 from apps.llm import routing
-from apps.llm.models import InferenceService, ModelAlias, Runtime, ServicePhase
+from apps.llm.choices import Runtime, ServicePhase
+from apps.llm.models import InferenceService, ModelAlias
 
 from .db import off_loop
 

@@ -9,7 +9,8 @@ from rest_framework import serializers
 
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
 
-from ..models import Delivery, DeliveryAttempt, Format, WebhookEndpoint
+from ..choices import Format
+from ..models import Delivery, DeliveryAttempt, WebhookEndpoint
 from ..services import SUBSCRIBABLE
 
 

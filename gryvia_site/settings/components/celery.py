@@ -1,4 +1,4 @@
-"""Celery (production profile). The same periodic table drives the embedded ticker when REDIS_URL is unset."""
+"""Celery (production profile). Periodic work is registered by the apps (apps.core.periodic), not listed here."""
 
 from ..env import env_str
 from .cluster import GRYVIA_BACKEND
@@ -18,29 +18,5 @@ CELERY_WORKER_POOL = "threads" if GRYVIA_BACKEND == "local" else "prefork"
 # the TTL (plus a poll of at most 1 s) from one killed.
 CELERY_BEAT_SCHEDULER = "apps.core.beat:LeaderScheduler"
 GRYVIA_BEAT_LOCK_TTL_S = float(env_str("GRYVIA_BEAT_LOCK_TTL_S", "5"))
-
-# name -> (dotted path of a plain function, interval in seconds). Celery beat runs each through
-# apps.core.tasks.run_periodic; the embedded ticker calls the function directly.
-GRYVIA_PERIODIC = {
-    "reconcile-tenants": ("apps.tenants.reconciler.reconcile_tenants", 20.0),
-    "reconcile-jobs": ("apps.jobs.reconciler.reconcile_jobs", 2.0),
-    "reconcile-priority-classes": ("apps.queueing.reconciler.reconcile_priority_classes", 30.0),
-    "reconcile-admission-objects": ("apps.queueing.admission_objects.reconcile_admission_objects", 30.0),
-    "reconcile-reservations": ("apps.queueing.reservations.reconcile_reservations", 30.0),
-    "reconcile-inference-services": ("apps.llm.reconciler.reconcile_inference_services", 5.0),
-    "deliver-webhooks": ("apps.webhooks.delivery.deliver_webhooks", 2.0),
-    "refresh-usage": ("apps.billing.tasks.refresh_usage", 60.0),
-    "evaluate-budgets": ("apps.billing.tasks.evaluate_budgets", 60.0),
-    "settle-llm-reservations": ("apps.llm.gateway.recovery.settle_dead_replicas", 5.0),
-}
-
-CELERY_BEAT_SCHEDULE = {
-    name: {
-        "task": "apps.core.tasks.run_periodic",
-        "schedule": interval,
-        "args": (name,),
-        # A run queued behind a busy worker expires instead of piling up (AWX's beat 'expires').
-        "options": {"expires": max(interval - 1.0, 1.0)},
-    }
-    for name, (_path, interval) in GRYVIA_PERIODIC.items()
-}
+# No beat schedule here: each app's tasks.py registers its periodic work (apps.core.periodic), and the scheduler
+# above builds its entries from that registry.

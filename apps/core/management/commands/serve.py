@@ -3,9 +3,9 @@
 While it serves, $GRYVIA_DATA_DIR/server.json holds its URL and pid: the `gryvia` CLI on this machine reads it, so
 the README's commands reach a server on any GRYVIA_PORT without flags (gryvia_cli.config.local_server_url).
 
-Ctrl-C or SIGTERM stops the server and the ticker, and closes the cluster backend (which, for the local backend,
-ends the workload processes it runs: the job reconciler runs those jobs again from their checkpoints at the next
-start).
+Ctrl-C or SIGTERM stops the server and the ticker, runs the apps' stop hooks (apps.core.lifecycle: the gateway's
+last usage rows), and closes the cluster backend (which, for the local backend, ends the workload processes it runs:
+the job reconciler runs those jobs again from their checkpoints at the next start).
 """
 
 import json
@@ -17,12 +17,13 @@ from pathlib import Path
 import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import import_string
 
 from apps.cluster.services import NodeBusyError, claim_local_node, set_backend
 from apps.core.db.heap import freeze_startup_heap
+from apps.core.lifecycle import serve_stop_hooks
 from apps.core.periodic import Ticker
 from apps.core.security import AccessLogScrubber
-from apps.llm.gateway.meter import meter
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=None)
 
     def handle(self, *args, host: str, port: int | None, **options) -> None:
-        from gryvia_site.asgi import application
-
+        application = import_string(settings.ASGI_APPLICATION)
         # Loaded before the ticker starts: what the process keeps for life is no longer walked by full collections.
         freeze_startup_heap()
         ticker = None if settings.REDIS_URL else Ticker()
@@ -82,7 +82,8 @@ class Command(BaseCommand):
             withdraw(advertised)
             if ticker is not None:
                 ticker.stop()
-            meter.stop()  # the gateway's last usage rows
+            for hook in serve_stop_hooks():
+                hook()
             set_backend(None)
             self.stdout.write("Gryvia stopped")
 
