@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from .stripe_sync import base_problem, key_problem, webhook_secret_problem
+from .services.stripe_sync import base_problem, key_problem, webhook_secret_problem
 
 
 @checks.register("billing")

@@ -43,6 +43,7 @@ from . import selectors
 from .inventory import gpu_node_fields
 from .models import GpuNode, Reservation
 from .placement import RESERVED_KEY, reservation_claim
+from .services.reservation_hooks import reservation_claims_written
 
 logger = logging.getLogger(__name__)
 
@@ -270,9 +271,7 @@ def _pass(backend: ClusterBackend, now: dt.datetime, stats: ReconcileStats) -> N
     ended = Reservation.all_tenants.filter(status_claimed_gpus__gt=0).exclude(pk__in=[r.pk for r in active])
     for reservation in ended.select_related("tenant"):
         _write_status(reservation, nodes=[], gpus=0, message=_released_message(reservation, now), now=now, stats=stats)
-    from apps.billing import services as billing
-
-    billing.usage_reservations_sync(now=now)  # usage records follow the claims just written
+    reservation_claims_written(now=now)  # billing's usage records follow the claims just written (its hook)
 
 
 def reconcile_reservations(backend: ClusterBackend | None = None, *, now: dt.datetime | None = None) -> ReconcileStats:

@@ -5,8 +5,9 @@ import datetime as dt
 import itertools
 from decimal import Decimal
 
-from apps.billing import invoicing, services
+from apps.billing import services
 from apps.billing.models import Budget, Invoice
+from apps.billing.services import invoicing
 from tests.api_contract import Endpoint, register
 from tests.factories import ACTOR
 

@@ -27,7 +27,7 @@ def ingest(tenant, *events: dict) -> None:
 
 def ledger_lines(tenant, start: dt.datetime, end: dt.datetime) -> dict[tuple[str, str, str], Decimal]:
     """The exact cost per (kind, sku, currency) of the tenant's ledger entries whose start is in [start, end),
-    read from the rows themselves (not through apps.billing.invoicing)."""
+    read from the rows themselves (not through apps.billing.services.invoicing)."""
     sums: dict[tuple[str, str, str], Decimal] = {}
     for entry in LedgerEntry.all_tenants.filter(tenant=tenant):
         moment = dt.datetime.fromisoformat(entry.start.replace("Z", "+00:00"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from apps.billing import triggers
+from apps.billing.models import triggers
 
 # In the order they are deleted: invoice lines before their invoices (Stripe events that name an invoice are
 # unlinked first).

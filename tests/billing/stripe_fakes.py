@@ -32,8 +32,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from apps.billing import invoicing
 from apps.billing.models import Invoice
+from apps.billing.services import invoicing
 from tests.factories import ACTOR
 
 from .invoice_tools import OCT, SEPT, event, ingest

@@ -8,8 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from apps.billing import budgets, services, spend
+from apps.billing import services
 from apps.billing.models import Budget, BudgetEvent, CostCenter, TenantCostCenter
+from apps.billing.selectors import spend
+from apps.billing.services import budgets
 from apps.core.models import AuditEntry
 from apps.webhooks import services as webhooks
 from apps.webhooks.models import Event

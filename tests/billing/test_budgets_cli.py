@@ -7,7 +7,8 @@ import json
 import pytest
 from django.utils import timezone
 
-from apps.billing import services, spend
+from apps.billing import services
+from apps.billing.selectors import spend
 from apps.jobs.models import Job
 from tests.cli.conftest import Run, cli  # noqa: F401 - the fixture
 from tests.factories import make_key, make_tenant

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from apps.billing import invoicing
 from apps.billing.models import CostCenter, Invoice, TenantCostCenter
+from apps.billing.services import invoicing
 from apps.core.models import AuditEntry
 from tests.factories import ACTOR, client_for, make_key, make_tenant
 

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.billing import selectors, services, spend
+from apps.billing import selectors, services
+from apps.billing.selectors import spend
 from apps.jobs import services as job_services
 from apps.jobs.models import Job
 from apps.queueing import services as queueing

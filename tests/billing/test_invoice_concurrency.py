@@ -8,8 +8,8 @@ import threading
 import pytest
 from django.db import connection
 
-from apps.billing import invoicing
 from apps.billing.models import Invoice, InvoiceCounter
+from apps.billing.services import invoicing
 from tests.factories import ACTOR
 
 from .conftest import make_sku

@@ -1,4 +1,4 @@
-"""The database refuses changes to a finalized invoice and its lines (apps.billing.triggers, migration 0006),
+"""The database refuses changes to a finalized invoice and its lines (apps.billing.models.triggers, migration 0006),
 whoever sends them (raw SQL here), while the lifecycle's own moves (Finalized -> Paid or Void, the Stripe fields)
 and a Draft's edits still go through."""
 
@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from apps.billing import invoicing
 from apps.billing.models import Invoice, InvoiceLine
+from apps.billing.services import invoicing
 from tests.factories import ACTOR
 
 from .invoice_tools import SEPT, event, ingest

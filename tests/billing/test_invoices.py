@@ -11,8 +11,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from apps.billing import invoicing, triggers
-from apps.billing.models import ImmutableError, Invoice, InvoiceCounter, InvoiceLine, UsageKind, UsageRecord
+from apps.billing.choices import UsageKind
+from apps.billing.models import ImmutableError, Invoice, InvoiceCounter, InvoiceLine, UsageRecord, triggers
+from apps.billing.services import invoicing
 from apps.core.models import AuditEntry
 from apps.webhooks import services as webhooks
 from apps.webhooks.models import Event

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
-from apps.billing import ledger, triggers
-from apps.billing.models import ImmutableError, LedgerEntry, LedgerHead
+from apps.billing.models import ImmutableError, LedgerEntry, LedgerHead, triggers
+from apps.billing.services import ledger
 from tests.factories import make_user
 
 from .conftest import T0

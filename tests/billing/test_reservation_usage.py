@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.billing import pricing, services
+from apps.billing import services
 from apps.billing.models import LedgerEntry, UsageRecord
+from apps.billing.selectors import pricing
 from apps.jobs.models import Job
 from apps.queueing import services as queueing
 from apps.queueing.models import GpuNode, Reservation

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from apps.billing import checks, stripe_sync
+from apps.billing import checks
 from apps.billing.models import Invoice
+from apps.billing.services import stripe_sync
 from tests.factories import ACTOR
 
 from .stripe_fakes import KEY, STRIPE_MARKS, _finalized, _send

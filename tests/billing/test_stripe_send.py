@@ -15,8 +15,8 @@ from decimal import Decimal
 
 import pytest
 
-from apps.billing import invoicing, stripe_sync
 from apps.billing.models import Invoice
+from apps.billing.services import invoicing, stripe_sync
 from apps.core.models import AuditEntry
 from tests.cli.conftest import Run, cli  # noqa: F401 - the fixture
 from tests.factories import ACTOR, client_for, make_key, make_tenant

@@ -21,8 +21,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.billing import invoicing, stripe_sync
 from apps.billing.models import Invoice, StripeEvent
+from apps.billing.services import invoicing, stripe_sync
 from apps.core.models import AuditEntry
 from apps.webhooks import services as webhooks
 from apps.webhooks.models import Event

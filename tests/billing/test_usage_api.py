@@ -10,8 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from apps.billing import ledger, services
+from apps.billing import services
 from apps.billing.models import LedgerEntry, UsageRecord
+from apps.billing.services import ledger
 from apps.llm.models import InferenceService, LlmUsageHourly
 from tests.factories import client_for, make_key
 
@@ -153,7 +154,7 @@ def test_an_event_naming_a_sku_is_priced_by_it(clean_ledger, tenant_a):
 
 @pytest.mark.postgres
 def test_a_key_inserted_by_someone_else_meanwhile_falls_back_to_on_conflict(clean_ledger, tenant_a, h100, monkeypatch):
-    from apps.billing import metering
+    from apps.billing.services import metering
 
     services.usage_events_ingest(tenant=tenant_a, events=[_event(1)])
     monkeypatch.setattr(metering, "_stored_event_ids", lambda *a: set())  # as if evt-1 arrived after the lookup

@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from apps.billing import ledger, services
+from apps.billing import services
 from apps.billing.models import ImmutableError, LedgerEntry, UsageRecord
+from apps.billing.services import ledger
 from apps.cluster.backends.base import JOB, POD
 from apps.jobs import services as job_services
 from apps.jobs.models import Job

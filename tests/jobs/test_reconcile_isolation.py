@@ -10,8 +10,8 @@ import uuid
 import pytest
 from django.db import connection
 
-from apps.billing import ledger, triggers
-from apps.billing.models import LedgerEntry, UsageRecord
+from apps.billing.models import LedgerEntry, UsageRecord, triggers
+from apps.billing.services import ledger
 from apps.cluster.backends.kubernetes import KubernetesBackend
 from apps.jobs import reconciler_isolation
 from apps.jobs.models import Job, JobEvent

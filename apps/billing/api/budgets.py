@@ -21,10 +21,12 @@ from apps.core.api.errors import service_errors
 from apps.core.api.serializers import ManifestSerializerMixin, StrictModelSerializer
 from apps.core.api.viewsets import ScopedViewMixin, TenantScopedViewSet
 from apps.core.scoping import ALL_TENANTS
+from apps.tenants.models import Tenant
 
 from .. import selectors, services
-from ..budgets import percent_of
-from ..models import Budget, BudgetPeriod, CostCenter
+from ..choices import BudgetPeriod
+from ..models import Budget, CostCenter
+from ..services.budgets import percent_of
 
 
 class BudgetStatusSerializer(serializers.Serializer):
@@ -205,8 +207,6 @@ class UsageForecastView(ScopedViewMixin, APIView):
 
     @extend_schema(operation_id="usage_forecast", responses=ForecastSerializer)
     def get(self, request: Request) -> Response:
-        from apps.tenants.models import Tenant
-
         tenants = self.visible_tenants(self.required_scope())
         rows = Tenant.objects.filter(archived_at__isnull=True).order_by("slug")
         if tenants is not ALL_TENANTS:

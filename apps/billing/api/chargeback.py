@@ -21,7 +21,7 @@ from apps.core.api.errors import service_errors
 from apps.core.api.exports import CsvExportMixin
 from apps.core.api.viewsets import ScopedViewMixin
 
-from .. import chargeback
+from ..services import chargeback
 from .invoice_serializers import ChargebackQuerySerializer, ChargebackReportSerializer, CostCenterSerializer
 
 CSV_COLUMNS = (

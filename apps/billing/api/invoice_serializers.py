@@ -17,9 +17,10 @@ from rest_framework import serializers
 from apps.core.api.fields import InstantField as _InstantField
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
 
-from .. import chargeback
-from ..invoicing import money_text
-from ..models import CostCenter, InvoiceState
+from ..choices import InvoiceState
+from ..models import CostCenter
+from ..services import chargeback
+from ..services.invoicing import money_text
 from .stripe import StripeStateSerializer
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")

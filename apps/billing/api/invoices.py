@@ -26,9 +26,11 @@ from apps.core.api.errors import service_errors
 from apps.core.api.exports import CsvExportMixin, CsvRenderer
 from apps.core.api.viewsets import TenantScopedViewSet
 from apps.core.scoping import ALL_TENANTS
+from apps.tenants.selectors import tenant_get_by_id, tenant_get_visible
 
-from .. import invoicing, stripe_sync
-from ..models import Invoice, InvoiceState
+from ..choices import InvoiceState
+from ..models import Invoice
+from ..services import invoicing, stripe_sync
 from .invoice_serializers import (
     EstimateQuerySerializer,
     EstimateSerializer,
@@ -153,8 +155,6 @@ class InvoiceViewSet(
     @extend_schema(request=InvoiceCreateSerializer, responses={201: InvoiceSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """A draft for the period: its lines computed from the ledger now (finalizing computes them again)."""
-        from apps.tenants.selectors import tenant_get_visible
-
         body = InvoiceCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -248,8 +248,6 @@ class InvoiceViewSet(
         return Response(data)
 
     def _estimate_tenant(self, slug: str | None):
-        from apps.tenants.selectors import tenant_get_by_id, tenant_get_visible
-
         scope = self.required_scope()
         if slug:
             tenant = tenant_get_visible(principal=self.principal, slug=slug)

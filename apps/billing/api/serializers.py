@@ -9,8 +9,8 @@ from rest_framework import serializers
 from apps.core.api.serializers import ManifestSerializerMixin, StrictModelSerializer, StrictSerializer
 
 from .. import selectors
-from ..metering import MAX_BATCH
 from ..models import GpuSku, UsageRecord
+from ..services.metering import MAX_BATCH
 
 
 class GpuSkuSerializer(ManifestSerializerMixin, StrictModelSerializer):

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from apps.core.api.errors import service_errors
 
-from .. import stripe_sync
+from ..services import stripe_sync
 
 
 class StripeUnavailableError(exceptions.APIException):

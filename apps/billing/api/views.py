@@ -22,9 +22,11 @@ from apps.core.api.errors import service_errors
 from apps.core.api.exports import CsvExportMixin
 from apps.core.api.fields import InstantField
 from apps.core.api.viewsets import ScopedViewMixin
+from apps.tenants.selectors import tenant_get_visible
 
 from .. import selectors, services
-from ..models import GpuSku, UsageKind
+from ..choices import UsageKind
+from ..models import GpuSku
 from .serializers import (
     BillingUsageReportSerializer,
     BillingUsageRowSerializer,
@@ -189,8 +191,6 @@ class LedgerVerifyView(ScopedViewMixin, APIView):
 
     @extend_schema(operation_id="ledger_verify", responses=LedgerVerificationSerializer)
     def get(self, request: Request, tenant: str) -> Response:
-        from apps.tenants.selectors import tenant_get_visible
-
         found = tenant_get_visible(principal=self.principal, slug=tenant)
         if found is None or not self.principal.has_scope(self.required_scope(), found.pk):
             raise exceptions.NotFound(f"tenant {tenant!r} not found")

@@ -1,9 +1,9 @@
-"""The database refuses UPDATE and DELETE of ledger entries and of final usage records (apps.billing.triggers):
+"""The database refuses UPDATE and DELETE of ledger entries and of final usage records (apps.billing.models.triggers):
 PostgreSQL and SQLite each get their own trigger SQL."""
 
 from django.db import migrations
 
-from apps.billing import triggers
+from apps.billing.models import triggers
 
 
 class Migration(migrations.Migration):

@@ -1,9 +1,9 @@
-"""The database refuses changes to an invoice past Draft and to its lines (apps.billing.triggers, group
+"""The database refuses changes to an invoice past Draft and to its lines (apps.billing.models.triggers, group
 `invoices`): PostgreSQL and SQLite each get their own trigger SQL."""
 
 from django.db import migrations
 
-from apps.billing import triggers
+from apps.billing.models import triggers
 
 
 class Migration(migrations.Migration):

@@ -15,6 +15,7 @@ from apps.tenants.models import Tenant
 
 from ..models import Reservation
 from ._common import _LABEL_VALUE, _audit, _full_clean, _locked_and_changed, _reject_unknown, _require_platform
+from .reservation_hooks import reservation_deleting
 
 RESERVATION_FIELDS = ("gpu_type", "count", "start_at", "end_at", "description")
 RECONCILE_RESERVATIONS = "reconcile-reservations"  # claims follow a change at once rather than at the next tick
@@ -74,10 +75,8 @@ def reservation_update(*, actor: Principal, reservation: Reservation, **changes:
 
 @transaction.atomic
 def reservation_delete(*, actor: Principal, reservation: Reservation) -> None:
-    from apps.billing import services as billing
-
     _require_platform(actor, "reservations")
     _audit(actor, "reservation.delete", reservation, snapshot(reservation, Reservation.AUDIT_FIELDS), None)
-    billing.usage_reservation_deleted(reservation=reservation)  # its usage record ends now and is sealed
+    reservation_deleting(reservation=reservation)  # billing's hook: its usage record ends now and is sealed
     reservation.delete()
     nudge(RECONCILE_RESERVATIONS)

@@ -1,4 +1,4 @@
-"""Stripe, test mode only (apps.billing.stripe_sync). docs/billing.md#stripe-test-mode.
+"""Stripe, test mode only (apps.billing.services.stripe_sync). docs/billing.md#stripe-test-mode.
 
 The key and the webhook secret are read here and nowhere else; they are never logged nor stored elsewhere. A key
 that is not a test-mode secret key (`sk_test_…`) is refused where it is used and by the system check
