@@ -3,9 +3,9 @@ the same API as Kubernetes (apply, list by label, watch, ...), so every reconcil
 
 Most objects are records (a Namespace has no effect outside Gryvia). Workloads run: a `batch/v1 Job`, `apps/v1
 StatefulSet` or `apps/v1 Deployment` becomes local processes, with Pods and `status` kept as a cluster would (see
-workloads.py and replicas.py). One Ready
-Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to it sets only its labels, annotations
-and taints, as one field manager's (what a later apply omits goes again), so reservation claims work as on a cluster.
+workloads.py and replicas.py). One Ready Node, `local`, offers this machine's GPUs (apps.cluster.gpus); an apply to
+it sets only its labels, annotations and taints, as one field manager's (what a later apply omits goes again), so
+reservation claims work as on a cluster.
 Files live under `data_dir`: `logs/<ns>/<pod>.log`, `volumes/<ns>/<claim>` (PVCs), `work/<ns>/<workload>`.
 
 The installation's backend (`get_backend()`, `node=True`) runs workloads in one process of the installation, the
