@@ -20,6 +20,7 @@ ENDPOINT_MODULES = [
     "tests.queueing.endpoints",
     "tests.webhooks.endpoints",
     "tests.billing.endpoints",
+    "tests.llm.endpoints",
 ]
 
 

@@ -110,13 +110,13 @@ def test_each_write_makes_one_audit_row(endpoint, tenant_a, client_a):
 
 @pytest.mark.parametrize("endpoint", CREATABLE, ids=ids)
 def test_unknown_field_is_400_naming_it_and_writes_nothing(endpoint, tenant_a, client_a):
-    rows, audits = endpoint.model.all_tenants.count(), AuditEntry.all_tenants.count()
+    rows, audits = endpoint.model._default_manager.count(), AuditEntry.all_tenants.count()
     payload = {**endpoint.create_payload(tenant_a), "surprise": 1}
     response = client_a.post(endpoint.list_path(tenant_a), payload, format="json")
     assert response.status_code == 400
     error = response.json()["error"]
     assert "surprise" in error["fields"] and "surprise" in error["message"]
-    assert endpoint.model.all_tenants.count() == rows and AuditEntry.all_tenants.count() == audits
+    assert endpoint.model._default_manager.count() == rows and AuditEntry.all_tenants.count() == audits
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=ids)
