@@ -21,12 +21,12 @@ def budget_rooms(
 ) -> tuple[list[Demand], dict[int, list[BudgetRoom]]]:
     """The waiting jobs, each with its forecast cost where its tenant has a hard budget in force (not for a job a
     platform admin released), and each such tenant's budget rooms: the amount, less its spend at its last
-    evaluation, less the usage that became final since (apps.billing.budgets.in_force), less what the admitted jobs
+    evaluation, less the usage that became final since (apps.billing.selectors.budgets), less what the admitted jobs
     of its tenants are forecast to cost after that evaluation (all of it for one admitted since), less what the
     `ended` jobs (whose workload ended this pass: their run closes only at the pass's end) actually cost after it,
     up to now. A job's cost is so counted somewhere at every moment: by its forecast while it runs, by what it ran
     from its end until its run is final, then by its final usage record. Two queries while a hard budget exists,
-    none otherwise; prices from the cached catalog (apps.billing.estimate.Forecaster)."""
+    none otherwise; prices from the cached catalog (apps.billing.selectors.Forecaster)."""
     hard = billing.hard_budgets_in_force(now)
     if not hard:
         return demands, {}

@@ -85,7 +85,7 @@ def all_reservations_active(now: dt.datetime | None = None) -> QuerySet[Reservat
 
 def reservations_billable(*, now: dt.datetime, ids: set[int]) -> QuerySet[Reservation]:
     """What billing looks at: the reservations active at `now` and those named in `ids` (they have an open usage
-    record), with their tenants (apps.billing.reservations)."""
+    record), with their tenants (apps.billing.services.reservations)."""
     return Reservation.all_tenants.filter(Q(start_at__lte=now, end_at__gt=now) | Q(pk__in=ids)).select_related("tenant")
 
 

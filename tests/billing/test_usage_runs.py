@@ -7,10 +7,12 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, transaction
 
 from apps.billing import services
 from apps.billing.models import ImmutableError, LedgerEntry, UsageRecord
+from apps.billing.selectors import run_owners
 from apps.billing.services import ledger
 from apps.cluster.backends.base import JOB, POD
 from apps.jobs import services as job_services
@@ -104,6 +106,17 @@ def test_an_orphaned_open_record_is_closed_by_the_refresh(clean_ledger, tenant_a
     services.usage_refresh(now=T0 + dt.timedelta(hours=2))
     record = UsageRecord.all_tenants.get()
     assert record.final and record.cost == Decimal("5.000000")
+
+
+def test_without_the_jobs_registry_the_refresh_says_what_is_missing(clean_ledger, tenant_a, h100, monkeypatch):
+    """Billing learns which jobs exist from the registry JobsConfig.ready() fills; without it an open run is left
+    open (not closed as an orphan) and the error names the app to install."""
+    job = make_job(tenant_a, "kept", gpus=1, gpuType="H100", distributed={"enabled": False})
+    services.usage_job_events([(_phase(job, "Running"), "Running", "", "Normal")], now=T0)
+    monkeypatch.setattr(run_owners, "_job_timeouts", [])
+    with pytest.raises(ImproperlyConfigured, match="apps.jobs"):
+        services.usage_refresh(now=T0 + dt.timedelta(hours=2))
+    assert not UsageRecord.all_tenants.get().final
 
 
 def test_a_final_record_is_immutable_in_code_and_in_the_database(clean_ledger, tenant_a, h100):

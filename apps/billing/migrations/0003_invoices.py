@@ -1,5 +1,5 @@
 # Invoices (Invoice, InvoiceLine, the per-tenant InvoiceCounter) and chargeback's cost centers
-# (CostCenter, TenantCostCenter). apps/billing/invoice_models.py.
+# (CostCenter, TenantCostCenter). apps/billing/models/invoices.py, apps/billing/models/cost_centers.py.
 
 import django.core.validators
 import django.db.models.deletion

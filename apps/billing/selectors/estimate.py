@@ -1,7 +1,7 @@
 """Cost estimate before submission: what a job would cost at the catalog's prices in force now, and the cheapest
 GPU type that would run it.
 
-The job is priced exactly as its run would be metered (apps.billing.services `_open`): the gang's whole request
+The job is priced exactly as its run would be metered (apps.billing.services.runs `_open`): the gang's whole request
 (GPUs, CPU cores, memory GiB) at the SKU of its GPU type (`any` when it names none, `cpu` without whole GPUs),
 for its timeout, or `GRYVIA_BILLING_DEFAULT_DURATION_S` when it has none. Other GPU types are compared with the
 same GPU count, cores and memory, in the same currency.

@@ -165,7 +165,7 @@ class PricedOptionSerializer(serializers.Serializer):
 
 
 class CostEstimateSerializer(serializers.Serializer):
-    """What a job would cost if submitted now (apps.billing.estimate.CostEstimate)."""
+    """What a job would cost if submitted now (apps.billing.selectors.CostEstimate)."""
 
     tenant = serializers.CharField()
     gpus = serializers.IntegerField(help_text="Whole GPUs of the whole gang")
