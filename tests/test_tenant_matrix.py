@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from apps.tenants.bound_keys import api_key_issue_bound
+from apps.tenants.services import api_key_issue_bound
 from tests.factories import client_for
 from tests.jobs.factories import make_job
 from tests.tenant_kinds import Owned, api_schema, generic, make_every_kind, owner_of, placeholders

@@ -6,7 +6,8 @@
 
 The socket lives as long as its credential (apps.core.liveauth): it is checked again on every subscribe, at its
 expiry and when a change to it is announced. Close codes: 4401, no credential or one that no longer authenticates;
-4403, the credential still authenticates but lost access to something this socket subscribed to.
+4403, the credential may not act now (an API key of a suspended tenant) or lost access to something this socket
+subscribed to. A refused credential's close reason is the message REST and the LLM gateway give for it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import events, liveauth
-from .principal import Principal
+from .identity import provider
+from .principal import Principal, Refusal
 
 Target = tuple[str, ...]  # ("tenant", slug) or ("object", kind, id)
 _EXPIRY_SLACK_S = 0.05  # past the expiry, so the check sees it expired
@@ -31,9 +33,7 @@ _EXPIRY_SLACK_S = 0.05  # past the expiry, so the check sees it expired
 def _groups_for(principal: Principal, target: Target) -> frozenset[str]:
     """The groups `target` is delivered on, as far as `principal` may watch it (empty: absent or forbidden)."""
     if target[0] == "tenant":
-        from apps.tenants.selectors import tenant_get_visible
-
-        tenant = tenant_get_visible(principal=principal, slug=target[1])
+        tenant = provider().tenant_get_visible(principal=principal, slug=target[1])
         return frozenset({events.tenant_group(tenant.pk)}) if tenant is not None else frozenset()
     _, kind, object_id = target
     path = settings.GRYVIA_WS_OBJECT_KINDS.get(kind)
@@ -58,9 +58,12 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         # Accepted first: a socket closed before it is accepted is an HTTP 403 to the client, who would never see
         # the close code that says why (4401).
         await self.accept()
-        credential = self.scope.get("credential")
-        if credential is None or not await self._check_credential():
-            await self._end(4401, "no valid credential")
+        if self.scope.get("credential") is None:
+            await self._end(4401, liveauth.NOT_AUTHENTICATED.message)
+            return
+        refusal = await self._check_credential()
+        if refusal is not None:
+            await self._end(4000 + refusal.status, refusal.message)
 
     async def disconnect(self, code: int) -> None:
         self.ended = True
@@ -118,8 +121,9 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         if self.ended:
             return False
         before = self.principal
-        if not await self._check_credential():
-            await self._end(4401, "the credential was revoked or expired")
+        refusal = await self._check_credential()
+        if refusal is not None:
+            await self._end(4000 + refusal.status, refusal.message)
             return False
         if self.principal != before:
             for target, groups in list(self.subscriptions.items()):
@@ -128,10 +132,13 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
                     return False
         return True
 
-    async def _check_credential(self) -> bool:
+    async def _check_credential(self) -> Refusal | None:
+        """Check the credential now and follow its groups and expiry; why it is refused, or None."""
         found = await _authenticate(self.scope["credential"])
-        if found is None or self.ended:
-            return False
+        if isinstance(found, Refusal):
+            return found
+        if self.ended:
+            return liveauth.NOT_AUTHENTICATED
         self.principal = found.principal
         for group in found.groups - self.auth_groups:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -139,7 +146,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
         self.auth_groups = found.groups
         self._schedule_expiry(found.expires_at)
-        return True
+        return None
 
     def _schedule_expiry(self, expires_at: Any) -> None:
         if self.expiry_timer is not None and self.expiry_timer is not asyncio.current_task():
@@ -156,7 +163,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
     async def _end(self, code: int, reason: str) -> None:
         if not self.ended:
             self.ended = True  # nothing more is delivered, even what is queued already
-            await self.close(code=code, reason=reason)
+            await self.close(code=code, reason=reason.encode()[:123].decode(errors="ignore"))  # RFC 6455's limit
 
     # --- events ------------------------------------------------------------------------------------------------
 

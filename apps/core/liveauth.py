@@ -1,15 +1,19 @@
 """Live connections end with their credential.
 
 A websocket keeps what opened it (`LiveCredential`: the bearer token, or the browser session) and checks it again,
-through the same functions REST uses, whenever it may have died: on every subscribe, at the credential's next expiry
+through the same identity provider REST uses (apps.core.identity; an API key by the same rules as at every door),
+whenever it may have died: on every subscribe, at the credential's next expiry
 (a timer in the consumer), and when a notice arrives on one of the credential's groups. The services that revoke,
 rotate or re-date a key, suspend or archive a tenant, and change or remove a membership send that notice after
 commit (`credentials_changed`); so does the deletion of an OAuth access token (revoked through /o/revoke_token/,
 replaced by a refresh, deleted in the admin), through a post_delete receiver, the one hook django-oauth-toolkit
-offers. A credential that no longer authenticates closes the socket with 4401 (apps.core.consumers).
+offers. A credential refused closes the socket with 4000 + the status REST would answer, and the same message:
+4401 when it no longer authenticates, 4403 when it may not act now (an API key of a suspended tenant)
+(apps.core.consumers).
 
 Groups: `auth.key.<pk>`, `auth.oauth.<pk>`, `auth.user.<user id>`, and `t<tenant id>.auth` per tenant the principal
-acts in. Live events are not served in a suspended tenant, except to platform staff (REST reads go on).
+acts in. Live events are not served in a suspended tenant, except to platform staff: an API key of that tenant is
+refused outright, a user's session or OAuth token loses that tenant only.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from django.conf import settings
 from django.db import transaction
 
 from . import events
-from .principal import Principal
+from .identity import provider
+from .principal import Principal, Refusal
 
 logger = logging.getLogger(__name__)
 CHANGED = "gryvia.credentials"  # the message type: the consumer's `gryvia_credentials` handler
@@ -76,8 +81,11 @@ def credential_from_bearer(token: str) -> LiveCredential:
     return LiveCredential(kind="api_key" if token.startswith("gry_") else "oauth", token=token)
 
 
-def authenticate(credential: LiveCredential) -> LiveAuth | None:
-    """Check `credential` now (database access: call it from sync code). None: it no longer authenticates."""
+NOT_AUTHENTICATED = Refusal(401, "not_authenticated", "no valid credential")
+
+
+def authenticate(credential: LiveCredential) -> LiveAuth | Refusal:
+    """Check `credential` now (database access: call it from sync code), or say why it is refused."""
     if credential.kind == "api_key":
         found = _api_key(credential.token)
     elif credential.kind == "oauth":
@@ -85,28 +93,26 @@ def authenticate(credential: LiveCredential) -> LiveAuth | None:
     else:
         found = _session(credential.session_key)
     if found is None:
-        return None
+        return NOT_AUTHENTICATED
+    if isinstance(found, Refusal):
+        return found
     principal, expires_at, groups = found
     principal = _without_suspended(principal)
     groups |= {tenant_group(tenant_id) for tenant_id in principal.tenant_scopes}
     return LiveAuth(principal=principal, expires_at=expires_at, groups=frozenset(groups))
 
 
-def _api_key(token: str) -> tuple[Principal, dt.datetime | None, set[str]] | None:
-    from apps.tenants.selectors import api_key_next_expiry
-    from apps.tenants.services import api_key_authenticate
-
-    result = api_key_authenticate(raw_key=token)
-    if result is None:
-        return None
+def _api_key(token: str) -> tuple[Principal, dt.datetime | None, set[str]] | Refusal:
+    result = provider().api_key_authenticate(raw_key=token)
+    if isinstance(result, Refusal):
+        return result
     principal = result[1]
-    return principal, api_key_next_expiry(key_pk=principal.api_key_pk), {key_group(principal.api_key_pk)}
+    expires_at = provider().api_key_next_expiry(key_pk=principal.api_key_pk)
+    return principal, expires_at, {key_group(principal.api_key_pk)}
 
 
 def _oauth(token: str) -> tuple[Principal, dt.datetime | None, set[str]] | None:
     from oauth2_provider.models import get_access_token_model
-
-    from apps.tenants.services import principal_for_user
 
     checksum = hashlib.sha256(token.encode()).hexdigest()  # how the toolkit finds a token, stored hashed or not
     found = get_access_token_model().objects.select_related("user").filter(token_checksum=checksum).first()
@@ -115,14 +121,12 @@ def _oauth(token: str) -> tuple[Principal, dt.datetime | None, set[str]] | None:
     granted = found.scope.split()
     if "read" not in granted and "write" not in granted:  # e.g. `openid` alone: identity, not data
         return None
-    principal = principal_for_user(user=found.user, kind="oauth", read_only="write" not in granted)
+    principal = provider().principal_for_user(user=found.user, kind="oauth", read_only="write" not in granted)
     return principal, found.expires, {token_group(found.pk), user_group(found.user.pk)}
 
 
 def _session(session_key: str) -> tuple[Principal, dt.datetime | None, set[str]] | None:
     from django.contrib.auth import get_user
-
-    from apps.tenants.services import principal_for_user
 
     if not session_key:
         return None
@@ -132,16 +136,14 @@ def _session(session_key: str) -> tuple[Principal, dt.datetime | None, set[str]]
     user = get_user(SimpleNamespace(session=session))
     if not user.is_authenticated:
         return None
-    principal = principal_for_user(user=user, kind="session")
+    principal = provider().principal_for_user(user=user, kind="session")
     return principal, session.get_expiry_date(), {user_group(user.pk)}
 
 
 def _without_suspended(principal: Principal) -> Principal:
     if principal.is_platform or not principal.tenant_scopes:
         return principal
-    from apps.tenants.selectors import tenant_list_visible
-
-    suspended = set(tenant_list_visible(principal=principal).filter(suspended=True).values_list("pk", flat=True))
+    suspended = provider().tenants_suspended(tenant_ids=principal.tenant_scopes)
     if not suspended:
         return principal
     kept = {tenant_id: held for tenant_id, held in principal.tenant_scopes.items() if tenant_id not in suspended}

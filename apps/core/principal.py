@@ -49,6 +49,16 @@ class Principal:
         return True
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a credential was refused: the same status, code and message at every door (REST, the LLM gateway,
+    websockets). 401: it is not a valid credential (anymore); 403: it is, but it may not act now."""
+
+    status: int
+    code: str  # "invalid_api_key", "key_revoked", "key_expired", "key_rotated", "tenant_archived", ...
+    message: str
+
+
 SYSTEM = Principal(label="system", kind="system", is_platform=True, platform_scopes=S.ALL_SCOPES)
 
 

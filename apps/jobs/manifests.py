@@ -11,7 +11,7 @@ from typing import Any
 from apps.cluster.services import MANAGED_BY, MANAGER
 from apps.core.quantities import parse_quantity
 from apps.queueing.kai import gpu_fraction_annotations
-from apps.tenants.manifests import CONTAINER_DEFAULT_LIMITS
+from apps.tenants.services import CONTAINER_DEFAULT_LIMITS
 
 from . import choices as C
 from .environment import entrypoint, job_env

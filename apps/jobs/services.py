@@ -337,7 +337,7 @@ def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
 @transaction.atomic
 def job_delete(*, actor: Principal, job: Job) -> None:
     """Delete the job and its history; the reconciler removes its cluster objects (PVC included)."""
-    from apps.tenants.bound_keys import api_key_revoke_bound
+    from apps.tenants.services import api_key_revoke_bound
 
     _audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
     api_key_revoke_bound(bound_to=f"job:{job.uid}")

@@ -7,10 +7,13 @@ class TenantsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from apps.core import lifecycle
+        from apps.core import identity, lifecycle
 
         from . import demo
+        from .services.identity import TenantsIdentity
 
+        # apps.core checks credentials and finds tenants through this provider: it may not import this app.
+        identity.register(TenantsIdentity())
         # `manage.py bootstrap` (apps.core.lifecycle): the demo tenant after the other apps' steps, and its key's flags.
         lifecycle.register_bootstrap_step("demo-tenant", demo.demo_set_up, order=20)
         lifecycle.register_bootstrap_action(

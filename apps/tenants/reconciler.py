@@ -20,8 +20,8 @@ from apps.cluster.services import (
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 
 from . import manifests, services
+from .choices import TenantPhase
 from .models import Membership, Tenant
-from .models.tenant import TenantPhase
 
 
 class TenantReconciler(OwnerReconciler[Tenant]):

@@ -219,7 +219,7 @@ async def test_unsubscribe_stops_delivery(tenant_a, key_a):
         assert await ws.receive_nothing(QUIET)
 
 
-async def closed_with_4401(headers: list[tuple[bytes, bytes]]) -> None:
+async def closed_with_4401(headers: list[tuple[bytes, bytes]], reason: str = "no valid credential") -> None:
     """Accepted, then closed with 4401 at once (a close before the accept would reach a real client as an HTTP 403,
     with no code: tests/core/test_events_ws_live.py)."""
     communicator = WebsocketCommunicator(application, "/ws/events/", headers=headers)
@@ -227,14 +227,21 @@ async def closed_with_4401(headers: list[tuple[bytes, bytes]]) -> None:
     assert await communicator.receive_output(timeout=2) == {
         "type": "websocket.close",
         "code": 4401,
-        "reason": "no valid credential",
+        "reason": reason,  # an API key's: what REST and the LLM gateway say of it
     }
     await communicator.disconnect()
 
 
-@pytest.mark.parametrize("token", [None, "gry_nosuchkey_notasecret", "not-an-oauth-token"])
-async def test_no_or_bad_credential_is_refused(tenant_a, token):
-    await closed_with_4401(_headers(token))
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (None, "no valid credential"),
+        ("gry_nosuchkey_notasecret", "invalid API key"),
+        ("not-an-oauth-token", "no valid credential"),
+    ],
+)
+async def test_no_or_bad_credential_is_refused(tenant_a, token, reason):
+    await closed_with_4401(_headers(token), reason)
 
 
 async def test_revoked_key_is_refused(tenant_a, key_a):
@@ -243,7 +250,7 @@ async def test_revoked_key_is_refused(tenant_a, key_a):
         services.api_key_revoke(actor=ACTOR, key=ApiKey.all_tenants.get(key_id=key_a.split("_")[1]))
 
     await revoke()
-    await closed_with_4401(_headers(key_a))
+    await closed_with_4401(_headers(key_a), f"API key {key_a.split('_')[1]} was revoked")
 
 
 async def test_foreign_origin_is_refused(tenant_a, key_a):

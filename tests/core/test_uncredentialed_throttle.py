@@ -41,7 +41,7 @@ def test_a_burst_of_bad_keys_is_refused_from_some_point_on(live_server, key_a):
 
 
 def test_no_key_is_looked_up_once_the_address_is_over(three_per_minute, monkeypatch):
-    from apps.tenants import services
+    from apps.tenants.services import credentials as services
 
     lookups = []
     real = services.api_key_authenticate

@@ -108,7 +108,7 @@ def test_a_read_key_cannot_submit_or_cancel(tenant_a):
 
 
 def test_checkpoint_reports_need_the_jobs_own_token(client_a, tenant_a):
-    from apps.tenants.bound_keys import api_key_issue_bound
+    from apps.tenants.services import api_key_issue_bound
 
     job = make_job(tenant_a, "ck")
     other = make_job(tenant_a, "other")
@@ -130,7 +130,7 @@ def test_checkpoint_reports_need_the_jobs_own_token(client_a, tenant_a):
     assert JobEvent.objects.filter(job=job, reason="CheckpointCommitted").count() == 1
     assert other.last_checkpoint_step is None
     # The token is revoked when the job ends.
-    from apps.tenants.bound_keys import api_key_revoke_bound
+    from apps.tenants.services import api_key_revoke_bound
 
     api_key_revoke_bound(bound_to=f"job:{job.uid}")
     assert (

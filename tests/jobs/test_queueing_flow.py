@@ -270,7 +270,7 @@ def test_a_worker_forgets_a_job_once_it_has_ended_and_its_objects_are_collected(
 
 
 def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_when_it_ends(cluster, kube, tenant_a):
-    from apps.tenants.bound_keys import api_keys_issue_bound
+    from apps.tenants.services import api_keys_issue_bound
     from apps.tenants.models import ApiKey
 
     job = gpu_job(tenant_a, "tokened")

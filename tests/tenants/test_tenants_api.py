@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from rest_framework.test import APIClient
 
 from apps.core.models import AuditEntry
 from apps.tenants.models import Membership, Tenant
-from tests.factories import client_for, make_key, make_user
+from tests.factories import client_for, make_key, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -71,11 +72,27 @@ def test_manifest_of_the_wrong_kind_or_with_unknown_fields_is_refused(platform_k
     assert not Tenant.objects.filter(slug="research").exists()
 
 
-def test_suspended_tenant_refuses_writes_but_serves_reads(client_a, tenant_a, platform_key):
-    client_for(platform_key).patch("/api/v1/tenants/alpha/", {"suspended": True}, format="json")
-    assert client_a.get("/api/v1/api-keys/").status_code == 200
-    response = client_a.post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json")
-    assert response.status_code == 403 and "suspended" in response.json()["error"]["message"]
+def test_a_suspended_tenants_keys_are_refused_reads_included_and_its_members_may_only_read(client_a, tenant_a):
+    staff = client_for(make_key(make_tenant("ops"), ["admin"], platform=True))
+    member = make_user("reader")
+    Membership.all_tenants.create(tenant=tenant_a, user=member, role="admin")
+    browser = APIClient()
+    browser.force_login(member)
+    assert staff.patch("/api/v1/tenants/alpha/", {"suspended": True}, format="json").status_code == 200
+
+    refused = "tenant 'alpha' is suspended: its API keys are refused until it is resumed"
+    for response in (
+        client_a.get("/api/v1/api-keys/"),
+        client_a.post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json"),
+    ):
+        assert response.status_code == 403 and response.json()["error"]["message"] == refused
+    assert browser.get("/api/v1/api-keys/").status_code == 200  # a member's session still reads
+    write = browser.post("/api/v1/api-keys/", {"scopes": ["jobs:read"]}, format="json")
+    assert write.status_code == 403 and "suspended" in write.json()["error"]["message"]
+    assert staff.get("/api/v1/api-keys/", HTTP_X_GRYVIA_TENANT="alpha").status_code == 200  # staff act on
+
+    assert staff.patch("/api/v1/tenants/alpha/", {"suspended": False}, format="json").status_code == 200
+    assert client_a.get("/api/v1/api-keys/").status_code == 200  # resumed: the same key works again
 
 
 def test_archived_tenant_keys_stop_working(client_a, platform_key):

@@ -1,7 +1,9 @@
 """DRF authentication: Gryvia API keys and OAuth2 access tokens as `Authorization: Bearer`, and browser sessions.
 
-Each class sets `request.auth` to an `apps.core.principal.Principal`. A request that ends without a valid credential
-is counted against its client address (`UncredentialedRateThrottle`), checked before any credential is looked up.
+Each class sets `request.auth` to an `apps.core.principal.Principal`; who a credential is, the identity provider
+decides (apps.core.identity: the tenants app; an API key by the one check every door uses). A request that ends
+without a valid credential is counted against its client address (`UncredentialedRateThrottle`), checked before any
+credential is looked up. A valid API key that may not act now (its tenant suspended) is a 403, not counted.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from apps.core.api.throttling import UncredentialedRateThrottle
-from apps.core.principal import Principal
+from apps.core.identity import provider
+from apps.core.principal import Principal, Refusal
 
 
 def bearer_token(request: Request) -> str | None:
@@ -31,14 +34,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         token = bearer_token(request)
         if token is None or not token.startswith("gry_"):
             return None
-        from apps.tenants.services import api_key_authenticate
-
         guard = UncredentialedRateThrottle()
         guard.check(request)
-        result = api_key_authenticate(raw_key=token)
-        if result is None:
+        result = provider().api_key_authenticate(raw_key=token)
+        if isinstance(result, Refusal):
+            if result.status == 403:  # a valid key that may not act now (its tenant suspended): reads too
+                raise exceptions.PermissionDenied(result.message, code=result.code)
             guard.count(request)
-            raise exceptions.AuthenticationFailed("invalid, expired or revoked API key")
+            raise exceptions.AuthenticationFailed(result.message, code=result.code)
         return result
 
     def authenticate_header(self, request: Request) -> str:
@@ -62,9 +65,7 @@ class OAuthTokenAuthentication(OAuth2Authentication):
         granted = access_token.scope.split()
         if "read" not in granted and "write" not in granted:  # e.g. `openid` alone: identity, not data
             raise exceptions.PermissionDenied("this access token was granted neither the 'read' nor the 'write' scope")
-        from apps.tenants.services import principal_for_user
-
-        return user, principal_for_user(user=user, kind="oauth", read_only="write" not in granted)
+        return user, provider().principal_for_user(user=user, kind="oauth", read_only="write" not in granted)
 
 
 class CsrfSessionAuthentication(authentication.SessionAuthentication):
@@ -75,9 +76,7 @@ class CsrfSessionAuthentication(authentication.SessionAuthentication):
         if result is None:
             return None
         user, _ = result
-        from apps.tenants.services import principal_for_user
-
-        return user, principal_for_user(user=user, kind="session")
+        return user, provider().principal_for_user(user=user, kind="session")
 
 
 class NoCredential(authentication.BaseAuthentication):

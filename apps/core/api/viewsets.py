@@ -14,6 +14,7 @@ from rest_framework import exceptions, mixins, viewsets
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
+from apps.core.identity import provider
 from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS, Scope, filter_to_scope, reset_scope, set_scope
 
@@ -49,12 +50,10 @@ class ScopedViewMixin:
 
     def selected_tenant(self):
         """The tenant named by X-Gryvia-Tenant, if any (404 when this credential cannot see it)."""
-        from apps.tenants.selectors import tenant_get_visible
-
         slug = self.request.META.get(TENANT_HEADER, "").strip()
         if not slug:
             return None
-        tenant = tenant_get_visible(principal=self.principal, slug=slug)
+        tenant = provider().tenant_get_visible(principal=self.principal, slug=slug)
         if tenant is None:
             raise exceptions.NotFound(f"tenant {slug!r} not found")
         return tenant
@@ -70,8 +69,6 @@ class ScopedViewMixin:
 
     def target_tenant(self):
         """The single tenant a create acts in: the selected one, or the only one the credential can write in."""
-        from apps.tenants.selectors import tenant_get_by_id
-
         selected = self.selected_tenant()
         scope = self.required_scope()
         if selected is not None:
@@ -84,7 +81,7 @@ class ScopedViewMixin:
                 raise exceptions.ValidationError(
                     {"tenant": ["this credential can act in several tenants: name one with X-Gryvia-Tenant"]}
                 )
-            tenant = tenant_get_by_id(tenant_id=next(iter(tenants)))
+            tenant = provider().tenant_get_by_id(tenant_id=next(iter(tenants)))
         if tenant.suspended and not self.principal.is_platform:
             raise exceptions.PermissionDenied(f"tenant {tenant.slug!r} is suspended: only reads are allowed")
         return tenant

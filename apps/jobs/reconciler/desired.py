@@ -19,7 +19,7 @@ from apps.cluster.services import object_key
 from apps.core.reconcile import Desired
 from apps.core.scopes import JOBS_REPORT
 from apps.queueing import kai, kueue
-from apps.tenants.bound_keys import api_key_issue_bound
+from apps.tenants.services import api_key_issue_bound
 
 from . import manifests
 from .choices import JobPhase

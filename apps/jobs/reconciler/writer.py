@@ -21,8 +21,7 @@ from apps.core.db.prepared import Arg
 from apps.core.db.prepared_update import PreparedUpdate
 from apps.core.periodic import nudge
 from apps.core.scopes import JOBS_REPORT
-from apps.tenants import keys
-from apps.tenants.bound_keys import api_key_revoke_bound_deferred, api_keys_issue_bound
+from apps.tenants.services import api_key_revoke_bound_deferred, api_keys_issue_bound, parse_key
 
 from . import manifests, selectors, services
 from .choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
@@ -170,7 +169,7 @@ class PassMixin(IsolationMixin):
             revoke_earlier=False,  # end_pass() revokes the earlier keys, with the pass's other revocations
         )
         self._tokens.update(issued)
-        self._issued.update((bound_to, keys.parse_key(raw)[0]) for bound_to, raw in issued.items())
+        self._issued.update((bound_to, parse_key(raw)[0]) for bound_to, raw in issued.items())
         return set(issued)
 
     def _fingerprints(self) -> dict[int, tuple | None]:

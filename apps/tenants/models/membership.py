@@ -5,12 +5,7 @@ from django.db import models
 
 from apps.core.models import TenantOwnedModel
 
-
-class Role(models.TextChoices):
-    OWNER = "owner"
-    ADMIN = "admin"
-    MEMBER = "member"
-    VIEWER = "viewer"
+from ..choices import Role
 
 
 class Membership(TenantOwnedModel):

@@ -3,17 +3,12 @@ from __future__ import annotations
 from django.core.validators import RegexValidator
 from django.db import models
 
+from ..choices import TenantPhase
+
 DNS_LABEL = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
     "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
 )
-
-
-class TenantPhase(models.TextChoices):
-    PENDING = "Pending"
-    READY = "Ready"
-    ERROR = "Error"
-    ARCHIVED = "Archived"
 
 
 class Tenant(models.Model):

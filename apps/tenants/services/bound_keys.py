@@ -1,6 +1,6 @@
 """Keys bound to an object's lifecycle (a job's token): issued by the system when the object needs one, revoked when
 it ends. Not audited separately: they are part of the bound object's own lifecycle, whose changes are audited.
-User-managed keys and authentication: apps.tenants.services."""
+User-managed keys: .api_keys; checking a presented key: .credentials."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from apps.core.db.bulk import bulk_insert
 from apps.core.db.prepared import Arg
 from apps.core.db.prepared_update import PreparedUpdate
 
-from . import keys
-from .models import ApiKey, Tenant
+from .. import keys
+from ..models import ApiKey, Tenant
 
 
 def api_key_issue_bound(*, tenant: Tenant, bound_to: str, scopes: list[str], name: str) -> str:
