@@ -16,11 +16,9 @@ from django.db.models import Case, Count, F, QuerySet, Sum, When, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, RowNumber
 
-from apps.core.db import stamped
 from apps.core.db.deferred import read_together
 from apps.core.db.epochs import EpochCached
 from apps.core.db.prepared import PreparedRead, json_from_db
-from apps.core.db.stamped import StampedRows
 from apps.core.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.queueing import selectors as queueing
 from apps.tenants.models import Tenant
@@ -158,32 +156,28 @@ def _head_of_job(
 _TABLE = Job._meta.db_table
 _PHASES = ", ".join(f"'{phase}'" for phase in WAITING_PHASES)  # literals: the queue-order index's condition
 _WAITING = "NOT {t}.finalized AND {t}.cancel_requested_at IS NULL AND {t}.phase IN (" + _PHASES + ")"
-# The heavy columns come only for a row changed since the previous read (apps.core.db.stamped): the rank and counts
-# change as the queue moves, the rest only with the row.
 _HEAD_COLUMNS = (
     "tenant_id", "queue_name", "priority", "created_at", "request", "may_preempt", "phase", "reason", "message",
     "timeout_s", "budget_released_at", "uid", "name",
 )  # fmt: skip
-_HEAD_FRESH = [f"h.{c}::text" if c == "uid" else f"h.{c}" for c in _HEAD_COLUMNS]
+_HEAD_SELECT = ", ".join(f"h.{c}::text" if c == "uid" else f"h.{c}" for c in _HEAD_COLUMNS)
 _HEADS_SQL = f"""
 WITH q AS (
     SELECT tenant_id, queue_name, count(*) AS waiting, count(*) FILTER (WHERE phase = '{JobPhase.PENDING}') AS pending
     FROM {_TABLE} WHERE {_WAITING.format(t=_TABLE)}
     GROUP BY tenant_id, queue_name
 )
-SELECT h.id, h.stamp, {stamped.known()}, {stamped.fresh_only(_HEAD_FRESH)}, h.rank, q.waiting, q.pending
+SELECT h.id, {_HEAD_SELECT}, h.rank, q.waiting, q.pending
 FROM q CROSS JOIN LATERAL (
-    SELECT j.id, {stamped.stamp("j")} AS stamp, {", ".join(f"j.{c}" for c in _HEAD_COLUMNS)},
+    SELECT j.id, {", ".join(f"j.{c}" for c in _HEAD_COLUMNS)},
            row_number() OVER (ORDER BY j.priority DESC, j.created_at, j.id) AS rank
     FROM {_TABLE} AS j
     WHERE j.tenant_id = q.tenant_id AND j.queue_name = q.queue_name AND {_WAITING.format(t="j")}
     ORDER BY j.priority DESC, j.created_at, j.id
     LIMIT %s
 ) AS h
-{stamped.join("h", stamped="h.stamp")}
 ORDER BY h.tenant_id, h.queue_name, h.rank
 """
-_HEADS_BUILT: StampedRows[tuple] = StampedRows()  # PostgreSQL: what the last read built of each row
 
 
 def _head_of_row(pk, tenant_id, queue, priority, created_at, request, *rest) -> tuple:
@@ -192,20 +186,23 @@ def _head_of_row(pk, tenant_id, queue, priority, created_at, request, *rest) -> 
 
 
 def _heads_statement(per_queue: int) -> tuple[str, list[Any], Callable[[list[tuple]], list[tuple]]]:
-    """`_HEADS_SQL` and what turns its rows into `_head`'s; a row unchanged since the previous read keeps what was
-    built of it then (apps.core.db.stamped)."""
-    params, finish = _HEADS_BUILT.read(_head_of_row, width=len(_HEAD_COLUMNS))
+    """`_HEADS_SQL` and what turns its rows into `_head`'s."""
+    width = 1 + len(_HEAD_COLUMNS)
 
     def rows(fetched: list[tuple]) -> list[tuple]:
-        return [(demand, state, rank, n, p, identity) for (demand, state, identity), rank, n, p in finish(fetched)]
+        out = []
+        for row in fetched:
+            demand, state, identity = _head_of_row(*row[:width])
+            out.append((demand, state, *row[width:], identity))
+        return out
 
-    return _HEADS_SQL, [per_queue, *params], rows
+    return _HEADS_SQL, [per_queue], rows
 
 
 def waiting_heads(per_queue: int) -> WaitingHeads:
     """The first `per_queue` waiting jobs of every queue (the rest wait behind them), each one's status now (so that
-    only what a cycle changes gets written), and how many wait in each queue: one query. A head whose row is as
-    the previous pass read it keeps the Demand built then (PreparedRead.built): treat them as read-only."""
+    only what a cycle changes gets written), and how many wait in each queue: one query. On SQLite a head whose
+    row is as the previous pass read it keeps the Demand built then (PreparedRead.built): treat them as read-only."""
     return heads_and_active(per_queue, with_active=False)[0]
 
 
@@ -277,19 +274,17 @@ def _active_query() -> QuerySet:
 
 
 _ACTIVE = PreparedRead(_active_query, key_from=1)  # (a row's uid is its id's)
-# PostgreSQL: the same rows, their columns only where changed since the previous read (apps.core.db.stamped).
+# PostgreSQL: the same rows.
 _ACTIVE_COLUMNS = (
     "uid::text", "tenant_id", "queue_name", "request", "admitted_borrowing", "priority",
     "COALESCE(j.start_time, j.updated_at)", "phase", "generation", "observed_generation", "cancel_requested_at",
     "timeout_s", "completion_time", "spec ->> 'ttlSecondsAfterFinished'",
 )  # fmt: skip
 _ACTIVE_SQL = f"""
-SELECT j.id, {stamped.stamp("j")}, {stamped.known()},
-       {stamped.fresh_only([c if c.startswith("COALESCE") else f"j.{c}" for c in _ACTIVE_COLUMNS])}
-FROM {_TABLE} AS j {stamped.join("j")}
+SELECT j.id, {", ".join(c if c.startswith("COALESCE") else f"j.{c}" for c in _ACTIVE_COLUMNS)}
+FROM {_TABLE} AS j
 WHERE NOT j.finalized AND j.phase NOT IN ({_PHASES})
 """
-_ACTIVE_BUILT: StampedRows[Active] = StampedRows()
 
 
 def _active_of_row(pk: int, uid: str, tenant_id: int, queue: str, request: str, *rest: Any) -> Active:
@@ -297,15 +292,14 @@ def _active_of_row(pk: int, uid: str, tenant_id: int, queue: str, request: str, 
 
 
 def _active_statement() -> tuple[str, list[Any], Callable[[list[tuple]], list[Active]]]:
-    """`_ACTIVE_SQL` and what turns its rows into `active()`'s; a row unchanged since the previous read keeps the
-    Active built of it then."""
-    params, finish = _ACTIVE_BUILT.read(_active_of_row, width=len(_ACTIVE_COLUMNS))
-    return _ACTIVE_SQL, params, lambda fetched: [active for (active,) in finish(fetched)]
+    """`_ACTIVE_SQL` and what turns its rows into `active()`'s."""
+    return _ACTIVE_SQL, [], lambda fetched: [_active_of_row(*row) for row in fetched]
 
 
 def active() -> list[Active]:
     """Every job past admission and not yet finalized: one query a cycle shares between admission (what is held)
-    and the reconciler (which jobs changed). A row as the previous pass read it keeps the Active built then."""
+    and the reconciler (which jobs changed). On SQLite a row as the previous pass read it keeps the Active built
+    then (PreparedRead.built)."""
     if connection.vendor == "postgresql":
         sql, params, finish = _active_statement()
         [fetched] = read_together([(sql, params)])
@@ -324,7 +318,8 @@ _HELD: dict[int, tuple[Active, Holding]] = {}
 
 def holdings(rows: list[Active] | None = None) -> list[Holding]:
     """What admitted jobs hold (a preempted job holds its share until its pods are gone). A row unchanged since the
-    previous call (the same Active: `active()` reuses them) keeps the Holding built then: treat them as read-only."""
+    previous call (the same Active: `active()` reuses them on SQLite) keeps the Holding built then: treat them as
+    read-only."""
     global _HELD
     previous, kept, out = _HELD, {}, []
     for row in active() if rows is None else rows:
