@@ -10,7 +10,7 @@ from typing import Any
 
 from apps.cluster.services import MANAGED_BY, MANAGER
 from apps.core.quantities import parse_quantity
-from apps.queueing.kai import gpu_fraction_annotations
+from apps.queueing.services import gpu_fraction_annotations
 from apps.tenants.services import CONTAINER_DEFAULT_LIMITS
 
 from . import choices as C

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q, Sum
 
 from apps.core.db.deferred import read_together
 from apps.core.db.epochs import EpochCached
@@ -14,6 +13,20 @@ from apps.tenants.models import Tenant
 
 from .choices import WAITING_PHASES, JobPhase
 from .models import Job
+from .models.job import queue_position, with_queue_positions
+
+__all__ = [
+    "SUBMITTED_FIELDS",
+    "gpus_in_use",
+    "job_timeouts",
+    "job_visible",
+    "jobs_to_reconcile",
+    "queue_position",
+    "submitted_jobs",
+    "tenants_by_id",
+    "with_queue_positions",
+    "with_tenants",
+]
 
 
 def gpus_in_use() -> int:
@@ -96,45 +109,6 @@ def job_visible(*, principal: Principal, object_id: str) -> list[int]:
     if tenants is not ALL_TENANTS:
         qs = qs.filter(tenant_id__in=tenants)
     return sorted(set(qs.values_list("tenant_id", flat=True)))
-
-
-# --- queue positions, read (never stored: they move whenever a job ahead starts or leaves) ------------------------
-
-_WAITING = Q(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
-
-
-def _same_queue() -> QuerySet[Job]:
-    return Job.all_tenants.filter(_WAITING, tenant_id=OuterRef("tenant_id"), queue_name=OuterRef("queue_name"))
-
-
-def _count(qs: QuerySet[Job]) -> Subquery:
-    return Coalesce(
-        Subquery(qs.order_by().values("tenant_id").annotate(n=Count("id")).values("n")[:1]),
-        Value(0),
-        output_field=IntegerField(),
-    )
-
-
-def with_queue_positions(qs: QuerySet[Job]) -> QuerySet[Job]:
-    """Annotate each job with its position in its queue and the queue's length (both counts are read from the
-    queue-order index; a job that is not waiting gets them but they are not shown)."""
-    ahead = _same_queue().filter(
-        Q(priority__gt=OuterRef("priority"))
-        | Q(priority=OuterRef("priority"), created_at__lt=OuterRef("created_at"))
-        | Q(priority=OuterRef("priority"), created_at=OuterRef("created_at"), pk__lt=OuterRef("pk"))
-    )
-    return qs.annotate(queue_ahead_read=_count(ahead), queue_length_read=_count(_same_queue()))
-
-
-def queue_position(job: Job) -> tuple[int | None, int | None]:
-    """(position from 1, queue length) of a waiting job; (None, None) for any other."""
-    if not job.is_waiting:
-        return None, None
-    row = with_queue_positions(Job.all_tenants.filter(pk=job.pk)).values_list("queue_ahead_read", "queue_length_read")
-    found = row.first()
-    if found is None:
-        return None, None
-    return found[0] + 1, found[1]
 
 
 def job_timeouts(pks: list[int]) -> dict[int, int | None]:

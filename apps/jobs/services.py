@@ -27,6 +27,26 @@ from .admission_inputs import admission_fields, request_of
 from .models import Job, JobEvent
 from .spec import JobSpec, normalize_spec
 
+__all__ = [
+    "PHASE_EVENT_TYPES",
+    "RECONCILE",
+    "RECONCILER",
+    "RESERVED_NAMES",
+    "JobConflict",
+    "job_budget_release",
+    "job_cancel",
+    "job_create",
+    "job_delete",
+    "job_estimate",
+    "job_event",
+    "job_events_record",
+    "job_report_checkpoint",
+    "job_resize",
+    "job_resubmit",
+    "job_validate",
+    "validate_name",
+]
+
 RECONCILE = "reconcile-jobs"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _RESUBMITTED = re.compile(r"-r\d+$")  # the suffix job_resubmit adds: resubmitting `a-r2` makes `a-r3`
@@ -207,25 +227,26 @@ def job_estimate(*, spec: Any, name: str | None = None) -> billing.CostEstimate:
     )
 
 
-@transaction.atomic
 def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job:
-    """Submit a job. Raises ValidationError naming every bad field at once (`name`, `spec.distributed.nodes`, ...)."""
+    """Submit a job: the job, its audit row and its `Submitted` event in one transaction (all or none). Raises
+    ValidationError naming every bad field at once (`name`, `spec.distributed.nodes`, ...)."""
     normalized = job_validate(name=name, spec=spec)
-    try:
-        with transaction.atomic():
-            job = Job.all_tenants.create(
-                tenant=tenant,
-                name=name,
-                spec=normalized,
-                submitted_by=actor.label,
-                current_nodes=0,
-                **admission_fields(normalized),
-            )
-    except IntegrityError as exc:
-        raise ValidationError({"name": f"a job named {name!r} already exists in tenant {tenant.slug}"}) from exc
-    _audit(actor, "job.create", job, None, snapshot(job, Job.AUDIT_FIELDS))
-    JobEvent.objects.create(job=job, reason="Submitted", message=f"submitted by {actor.label}")
-    nudge(RECONCILE)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a savepoint: a name taken in the tenant is a field error, not a 500
+                job = Job.all_tenants.create(
+                    tenant=tenant,
+                    name=name,
+                    spec=normalized,
+                    submitted_by=actor.label,
+                    current_nodes=0,
+                    **admission_fields(normalized),
+                )
+        except IntegrityError as exc:
+            raise ValidationError({"name": f"a job named {name!r} already exists in tenant {tenant.slug}"}) from exc
+        _audit(actor, "job.create", job, None, snapshot(job, Job.AUDIT_FIELDS))
+        JobEvent.objects.create(job=job, reason="Submitted", message=f"submitted by {actor.label}")
+        nudge(RECONCILE)  # (after the commit)
     return job
 
 

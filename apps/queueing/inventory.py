@@ -28,7 +28,9 @@ from apps.core.db.epochs import EpochCached
 from apps.core.db.prepared import PreparedRead, model_fields
 from apps.core.quantities import QuantityError, parse_quantity
 
-from .models import GPU, GpuNode
+from .choices import GPU
+from .models import GpuNode
+from .placement import NodeView
 
 UNHEALTHY_TAINT = "gryvia.io/gpu-unhealthy"
 SIMULATED_LABEL = "gryvia.io/simulated-gpus"
@@ -220,10 +222,8 @@ def sync_gpu_nodes(
     return result
 
 
-def node_views(nodes: list[dict[str, Any]], *, allocated: Mapping[str, int]):
+def node_views(nodes: list[dict[str, Any]], *, allocated: Mapping[str, int]) -> list[NodeView]:
     """`placement.NodeView`s straight from v1 Node objects (no database), free = allocatable - allocated."""
-    from .placement import NodeView
-
     views = []
     for node in nodes:
         fields = gpu_node_fields(node)

@@ -21,8 +21,8 @@ from typing import Any
 
 from apps.cluster.services import MANAGED_BY, MANAGER
 
-from .models import CPU, GPU, MEMORY
-from .selectors import resource_amount
+from .choices import CPU, GPU, MEMORY
+from .resources import resource_amount
 
 API_VERSION = "scheduling.run.ai/v2"
 SCHEDULER_NAME = "kai-scheduler"

@@ -28,10 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from apps.cluster.services import MANAGED_BY, MANAGER
-from apps.jobs.choices import JobPhase
 
 from . import multikueue
-from .models import CPU, GPU, MEMORY
+from .choices import CPU, GPU, MEMORY, WorkloadPhase
 
 GROUP = "kueue.x-k8s.io"
 V1BETA1 = f"{GROUP}/v1beta1"
@@ -342,13 +341,13 @@ def phase_from_workload(workload: dict[str, Any] | None, *, job: dict[str, Any] 
       4 more needed".
     """
     if workload is None:
-        return JobPhase.QUEUED, "Pending", "waiting for Kueue to create the workload"
+        return WorkloadPhase.QUEUED, "Pending", "waiting for Kueue to create the workload"
     cond = _conditions(workload)
     if _is_true(cond, FINISHED):
         finished = cond[FINISHED]
         failed = finished.get("reason") == "Failed"
         return (
-            JobPhase.FAILED if failed else JobPhase.SUCCEEDED,
+            WorkloadPhase.FAILED if failed else WorkloadPhase.SUCCEEDED,
             finished.get("reason", ""),
             finished.get("message", ""),
         )
@@ -356,15 +355,16 @@ def phase_from_workload(workload: dict[str, Any] | None, *, job: dict[str, Any] 
         evicted = cond[EVICTED]
         if evicted.get("reason") == "Preempted" or _is_true(cond, PREEMPTED):
             message = (cond.get(PREEMPTED) or {}).get("message") or evicted.get("message", "")
-            return JobPhase.QUEUED, PREEMPTED, message
-        return JobPhase.QUEUED, EVICTED, evicted.get("message", "")
+            return WorkloadPhase.QUEUED, PREEMPTED, message
+        return WorkloadPhase.QUEUED, EVICTED, evicted.get("message", "")
     admitted = _is_true(cond, ADMITTED)
     if admitted:
         suspended = bool(((job or {}).get("spec") or {}).get("suspend"))
         if suspended:
-            return JobPhase.QUEUED, ADMITTED, "admitted by Kueue; waiting for the job to be unsuspended"
-        return JobPhase.SCHEDULING, ADMITTED, cond[ADMITTED].get("message", "")
+            return WorkloadPhase.QUEUED, ADMITTED, "admitted by Kueue; waiting for the job to be unsuspended"
+        return WorkloadPhase.SCHEDULING, ADMITTED, cond[ADMITTED].get("message", "")
     if _is_true(cond, QUOTA_RESERVED):
-        return JobPhase.QUEUED, QUOTA_RESERVED, cond[QUOTA_RESERVED].get("message") or "waiting for admission checks"
+        message = cond[QUOTA_RESERVED].get("message") or "waiting for admission checks"
+        return WorkloadPhase.QUEUED, QUOTA_RESERVED, message
     pending = cond.get(QUOTA_RESERVED) or {}
-    return JobPhase.QUEUED, pending.get("reason") or "Pending", pending.get("message", "")
+    return WorkloadPhase.QUEUED, pending.get("reason") or "Pending", pending.get("message", "")

@@ -15,12 +15,7 @@ from django.utils import timezone
 from apps.core.models import TenantOwnedModel, TimestampedModel
 from apps.tenants.models.tenant import DNS_LABEL
 
-GPU = "nvidia.com/gpu"
-CPU = "cpu"
-MEMORY = "memory"
-RESOURCES = (GPU, CPU, MEMORY)
-PRIORITY_MIN = -1_000_000_000
-PRIORITY_MAX = 1_000_000_000
+from .choices import PRIORITY_MAX, PRIORITY_MIN, PreemptionPolicy
 
 
 class Cohort(TimestampedModel):
@@ -70,11 +65,6 @@ class Queue(TenantOwnedModel):
     @property
     def cohort_name(self) -> str:
         return self.cohort.name if self.cohort_id else ""
-
-
-class PreemptionPolicy(models.TextChoices):
-    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
-    NEVER = "Never"
 
 
 class PriorityClass(TimestampedModel):

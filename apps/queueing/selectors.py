@@ -1,4 +1,6 @@
-"""Read access to queues, priority classes and reservations, and queues' quota as flat resource vectors."""
+"""Read access to queues, priority classes and reservations, and queues' quota as flat resource vectors; what the
+job reconciler reads of the nodes (their views, placement, reservation claims) and of Kueue and KAI (a Workload's
+phase, a pod's unschedulable reason)."""
 
 from __future__ import annotations
 
@@ -9,26 +11,39 @@ from dataclasses import dataclass, field
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from apps.core.quantities import cpu_millicores, memory_bytes
+from .inventory import node_views
+from .kai import unschedulable_reason
+from .kueue import phase_from_workload, workload_for
+from .models import GpuNode, PriorityClass, Queue, Reservation
+from .placement import RESERVED_KEY, place, reservation_claims
+from .resources import resource_amount, resource_key
 
-from .models import CPU, MEMORY, GpuNode, PriorityClass, Queue, Reservation
-from .placement import RESERVED_KEY
+__all__ = [
+    "UNLIMITED",
+    "QuotaVector",
+    "all_priority_classes",
+    "all_queues",
+    "all_reservations_active",
+    "node_views",
+    "phase_from_workload",
+    "place",
+    "priority_class_default",
+    "queue_quota_vector",
+    "queues_of_tenant",
+    "quota_vector",
+    "reservation_claims",
+    "reservation_ends",
+    "reservations_active",
+    "reservations_billable",
+    "reserved_gpus",
+    "reserved_node_holders",
+    "resource_amount",
+    "resource_key",
+    "unschedulable_reason",
+    "workload_for",
+]
 
 UNLIMITED = math.inf
-
-
-def resource_key(resource: str, flavor: str = "") -> str:
-    """`nvidia.com/gpu` for untyped GPU quota, `nvidia.com/gpu:H100` for a flavor, else the resource name."""
-    return f"{resource}:{flavor}" if flavor else resource
-
-
-def resource_amount(resource: str, value: int | str) -> int:
-    """A quota amount in the resource's base unit: GPUs as a count, cpu in millicores, memory in bytes."""
-    if resource == CPU:
-        return cpu_millicores(value)
-    if resource == MEMORY:
-        return memory_bytes(value)
-    return int(value)
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,8 @@ def test_borrowed_quota_is_reclaimed_when_the_lender_comes_back(cluster, kube, t
 
 def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, tenant_a, monkeypatch):
     """A running job whose pods change is observed every pass, but its manifests are built and hashed again only
-    when what they depend on changes (apps.jobs.reconciler.desired_hashed); what is applied is the same."""
+    when what they depend on changes (apps.jobs.reconciler.desired.DesiredState.desired_hashed); what is applied is
+    the same."""
     from django.db.models import F
 
     from apps.cluster.backends.base import SPEC_HASH_ANNOTATION
@@ -252,26 +253,26 @@ def test_a_running_jobs_objects_are_built_once_per_generation(cluster, kube, ten
 def test_a_worker_forgets_a_job_once_it_has_ended_and_its_objects_are_collected(cluster, kube, tenant_a):
     """What a reconciler process remembers of a running job (its built objects, its last observation) goes when the
     job ends and is collected: a long-running worker's memory follows the jobs that run, not all it ever ran."""
-    from apps.jobs import reconciler_desired, reconciler_pass
+    from apps.jobs.reconciler import desired, seen
 
     job = gpu_job(tenant_a, "brief", ttlSecondsAfterFinished=0)
     reconcile_jobs(kube)
     running_pod(cluster, "brief")
     reconcile_jobs(kube)
     key = str(job.uid)
-    assert key in reconciler_desired._DESIRED and key in reconciler_pass._SEEN
+    assert key in desired._DESIRED and key in seen._SEEN
     _set_job_status(cluster, "brief", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
     cluster.unseed(POD, "brief-0-pod", NS)
     reconcile_jobs(kube)  # ends, and its objects go at once (TTL 0)
     reconcile_jobs(kube)
     job.refresh_from_db()
     assert job.phase == "Succeeded" and job.finalized and cluster.stored(JOB, "brief", NS) is None
-    assert key not in reconciler_desired._DESIRED and key not in reconciler_pass._SEEN
+    assert key not in desired._DESIRED and key not in seen._SEEN
 
 
 def test_a_jobs_token_is_the_only_live_key_bound_to_it_while_it_runs_and_goes_when_it_ends(cluster, kube, tenant_a):
-    from apps.tenants.services import api_keys_issue_bound
     from apps.tenants.models import ApiKey
+    from apps.tenants.services import api_keys_issue_bound
 
     job = gpu_job(tenant_a, "tokened")
     stale = api_keys_issue_bound([(tenant_a, f"job:{job.uid}", ["jobs:report"], "left over")])

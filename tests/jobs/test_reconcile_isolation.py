@@ -1,4 +1,4 @@
-"""One tenant's fault stays that tenant's (issue 26, item 9; apps.jobs.reconciler_isolation), against kmock: a
+"""One tenant's fault stays that tenant's (issue 26, item 9; apps.jobs.reconciler.isolation), against kmock: a
 ledger row inserted behind Gryvia's back makes the tenant's next sealing fail; the pass still writes everyone
 else's results (another tenant's 0-GPU job starts), records the failure on the job that could not end (message and
 ReconcileError event), leaves it alone until its retry is due, and ends it once the ledger is repaired."""
@@ -13,9 +13,8 @@ from django.db import connection
 from apps.billing.models import LedgerEntry, UsageRecord, triggers
 from apps.billing.services import ledger
 from apps.cluster.backends.kubernetes import KubernetesBackend
-from apps.jobs import reconciler_isolation
 from apps.jobs.models import Job, JobEvent
-from apps.jobs.reconciler import reconcile_jobs
+from apps.jobs.reconciler import isolation, reconcile_jobs
 from apps.tenants.reconciler import reconcile_tenants
 from tests.billing.ledger_tools import clear_billing_history
 from tests.jobs.test_queueing_flow import cluster, gpu_job  # noqa: F401 - fixtures
@@ -32,7 +31,7 @@ def kube2(cluster, tenant_a, tenant_b):  # noqa: F811
     cluster.seed(_node("gpu-1", gpus=8))
     yield backend
     backend.close()
-    reconciler_isolation._RETRY.clear()
+    isolation._RETRY.clear()
     clear_billing_history()
 
 
@@ -72,7 +71,7 @@ def test_a_poisoned_tenant_does_not_stop_another_tenants_jobs(cluster, kube2, te
     assert third.phase == "Scheduling"
     assert JobEvent.objects.filter(job=ended, reason="ReconcileError").count() == 1
 
-    reconciler_isolation.retry_due_now()
+    isolation.retry_due_now()
     reconcile_jobs(kube2)  # due, and still failing: backs off longer
     ended.refresh_from_db()
     assert "retrying in 30 s (failure 2 in a row)" in ended.message
@@ -83,11 +82,11 @@ def test_a_poisoned_tenant_does_not_stop_another_tenants_jobs(cluster, kube2, te
         LedgerEntry.all_tenants.filter(pk=rogue.pk).delete()
     finally:
         triggers.create(connection)
-    reconciler_isolation.retry_due_now()
+    isolation.retry_due_now()
     reconcile_jobs(kube2)
     ended.refresh_from_db()
     assert ended.phase == "Succeeded"
     assert UsageRecord.all_tenants.get(job_pk=ended.pk).final
     assert ledger.verify(tenant_id=tenant_a.pk, tenant_slug=tenant_a.slug).valid
-    assert not reconciler_isolation._RETRY
+    assert not isolation._RETRY
     assert Job.all_tenants.get(pk=other.pk).phase == "Scheduling"

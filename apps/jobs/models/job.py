@@ -3,6 +3,8 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils.functional import cached_property
 
 from apps.core.models import TenantOwnedModel
@@ -108,7 +110,7 @@ class Job(TenantOwnedModel):
         return self.phase in WAITING_PHASES and self.cancel_requested_at is None and not self.finalized
 
     # The position in its queue is read, never stored (it moves whenever a job ahead starts or leaves): lists
-    # annotate it (apps.jobs.selectors.with_queue_positions); a single job reads it with one query.
+    # annotate it (with_queue_positions, below); a single job reads it with one query.
     @property
     def queue_position(self) -> int | None:
         if not self.is_waiting:
@@ -131,8 +133,6 @@ class Job(TenantOwnedModel):
         super().refresh_from_db(*args, **kwargs)
 
     def _read_queue_position(self) -> None:
-        from ..selectors import queue_position
-
         position, length = queue_position(self)
         self.__dict__["queue_ahead_read"] = (position or 1) - 1
         self.__dict__["queue_length_read"] = length
@@ -152,3 +152,43 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.reason}"
+
+
+# --- queue positions, read (never stored: they move whenever a job ahead starts or leaves); apps.jobs.selectors
+# hands them out -----------------------------------------------------------------------------------------------------
+
+_WAITING = Q(finalized=False, phase__in=WAITING_PHASES, cancel_requested_at__isnull=True)
+
+
+def _same_queue() -> QuerySet[Job]:
+    return Job.all_tenants.filter(_WAITING, tenant_id=OuterRef("tenant_id"), queue_name=OuterRef("queue_name"))
+
+
+def _count(qs: QuerySet[Job]) -> Subquery:
+    return Coalesce(
+        Subquery(qs.order_by().values("tenant_id").annotate(n=Count("id")).values("n")[:1]),
+        Value(0),
+        output_field=IntegerField(),
+    )
+
+
+def with_queue_positions(qs: QuerySet[Job]) -> QuerySet[Job]:
+    """Annotate each job with its position in its queue and the queue's length (both counts are read from the
+    queue-order index; a job that is not waiting gets them but they are not shown)."""
+    ahead = _same_queue().filter(
+        Q(priority__gt=OuterRef("priority"))
+        | Q(priority=OuterRef("priority"), created_at__lt=OuterRef("created_at"))
+        | Q(priority=OuterRef("priority"), created_at=OuterRef("created_at"), pk__lt=OuterRef("pk"))
+    )
+    return qs.annotate(queue_ahead_read=_count(ahead), queue_length_read=_count(_same_queue()))
+
+
+def queue_position(job: Job) -> tuple[int | None, int | None]:
+    """(position from 1, queue length) of a waiting job; (None, None) for any other."""
+    if not job.is_waiting:
+        return None, None
+    row = with_queue_positions(Job.all_tenants.filter(pk=job.pk)).values_list("queue_ahead_read", "queue_length_read")
+    found = row.first()
+    if found is None:
+        return None, None
+    return found[0] + 1, found[1]

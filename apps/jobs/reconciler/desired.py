@@ -1,7 +1,8 @@
 """The job reconciler's desired objects: each job's PVC, token Secret, workload and headless Service, and the
 memo that builds a running job's objects once rather than every pass its pods change.
 
-A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module stays one concept.
+One `DesiredState` per pass: it asks the pass's admission whether a waiting job may start, its recovery whether a
+job is overdue or lost, its node placement where a GPU job goes, and its tokens for a Secret's token.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from django.utils import timezone
 from apps.cluster.services import object_key
 from apps.core.reconcile import Desired
 from apps.core.scopes import JOBS_REPORT
-from apps.queueing import kai, kueue
+from apps.queueing.services import kai_queue_name, pod_template_patch, suspend_patch
 from apps.tenants.services import api_key_issue_bound
 
-from . import manifests
-from .choices import JobPhase
-from .models import Job
-from .reconciler_recovery import RUNNING_PHASES, deadline, may_retry, workload_has_ended
+from .. import manifests
+from ..choices import JobPhase
+from ..models import Job
+from .admitting import PassAdmission
+from .placement import NodePlacement
+from .recovery import RUNNING_PHASES, Recovery, deadline, workload_has_ended
+from .tokens import Tokens
 
 TOKEN_PLACEHOLDER = "issued-at-apply"
 # job uid -> (its steady inputs, its desired objects, each loading a fresh copy from its JSON): see desired_hashed.
@@ -38,17 +42,25 @@ def has_workload(objects: Any) -> bool:
     return any(o.get("kind") in ("Job", "StatefulSet") for o in objects)
 
 
-class DesiredMixin:
-    mode: str
-    now: dt.datetime
-    decisions: dict[int, Any]
-    lost: dict[int, bool]  # jobs whose workload this pass found missing -> whether it is applied again
-    _overdue: Callable[[Job, dict[str, dict[str, Any]]], bool]  # RecoveryMixin's
-    placements: dict[int, dict[str, Any]]
-    _tokens: dict[str, str]
-    _place: Callable[[Job], dict[str, Any] | None]  # PlacementMixin's
+class DesiredState:
+    """What each job wants in the cluster this pass, and the last touch of a manifest before it is applied."""
 
-    # -- desired state ------------------------------------------------------------------------------------------
+    def __init__(
+        self,
+        *,
+        mode: str,
+        now: dt.datetime,
+        admission: PassAdmission,
+        recovery: Recovery,
+        nodes: NodePlacement,
+        tokens: Tokens,
+    ) -> None:
+        self.mode = mode
+        self.now = now
+        self.admission = admission
+        self.recovery = recovery
+        self.nodes = nodes
+        self.tokens = tokens
 
     def _expired(self, job: Job) -> bool:
         """A finished job's objects are collected `ttlSecondsAfterFinished` (default GRYVIA_JOB_TTL_S) after its end."""
@@ -63,7 +75,7 @@ class DesiredMixin:
         common = {"name": owner.name, "namespace": ns, "uid": owner.uid_text, "tenant": tenant}
         pvc = manifests.data_pvc(spec, **common)
         keep = [pvc] if pvc is not None else []
-        decision = self.decisions.get(owner.pk)
+        decision = self.admission.decisions.get(owner.pk)
         evicting = owner.phase == JobPhase.PREEMPTED or (decision is not None and decision.outcome == "evict")
         if owner.is_terminal or owner.cancel_requested_at is not None or evicting:
             if self._expired(owner):
@@ -77,20 +89,19 @@ class DesiredMixin:
                 ]
                 keep += [m for m in done if object_key(m) in live]
             return keep
-        if self._overdue(owner, live):
+        if self.recovery.is_overdue(owner, live):
             return keep  # past its timeout: observe() fails it, and its workload goes in this pass
         exists = has_workload(live.values())
         native = self.mode == "native"
         lost = not exists and owner.phase in RUNNING_PHASES  # it had a workload and the cluster no longer has it
         if lost:
-            self.lost[owner.pk] = retry = may_retry(owner)
-            if not retry:
+            if not self.recovery.workload_missing(owner):
                 return keep  # its retries are used: observe() fails it (WorkloadLost)
         elif native and not exists and (decision is None or decision.outcome != "admit"):
             return keep  # waiting in its queue (or rejected): nothing runs yet
         placement = owner.placement or None
         if native and spec.gpus_per_pod and not placement and not exists:
-            placement = self._place(owner)
+            placement = self.nodes.place(owner)
             if placement is None:
                 return keep
         return [
@@ -100,10 +111,12 @@ class DesiredMixin:
             manifests.headless_service(spec, **common),
         ]
 
-    def desired_hashed(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[Desired]:
+    def desired_hashed(
+        self, owner: Job, live: dict[str, dict[str, Any]], *, build: Callable[[Job, dict[str, Any]], list[Desired]]
+    ) -> list[Desired]:
         """A running job's objects are built and hashed once per set of inputs (`_steady_inputs`), when its workload
         is created, not again each pass its pods change: later passes compare the remembered hashes, and decode a
-        fresh copy of a manifest from its JSON only to apply it again."""
+        fresh copy of a manifest from its JSON only to apply it again. `build` hashes desired()'s manifests."""
         uid = owner.uid_text
         inputs = self._steady_inputs(owner) if has_workload(live.values()) else None
         if inputs is not None:
@@ -112,7 +125,7 @@ class DesiredMixin:
                 return hit[1]
         else:  # waiting, ending or ended: what was remembered no longer applies (a later start builds afresh)
             _DESIRED.pop(uid, None)
-        out = super().desired_hashed(owner, live)
+        out = build(owner, live)
         manifests_ = [item.load() for item in out]
         if inputs is None and has_workload(manifests_):
             inputs = self._steady_inputs(owner)  # being created: as the next pass will see it (placement recorded)
@@ -139,10 +152,9 @@ class DesiredMixin:
         end = deadline(owner)
         if end is not None and self.now >= end:
             return None  # desired() decides afresh whether it is overdue
-        decision = self.decisions.get(owner.pk)
-        if decision is not None and decision.outcome == "evict":
+        if self.admission.outcome(owner.pk) == "evict":
             return None
-        placement = self.placements.get(owner.pk) or owner.placement or None
+        placement = self.nodes.placements.get(owner.pk) or owner.placement or None
         placed = (tuple(sorted(set(placement["nodes"]))), bool(placement.get("reserved"))) if placement else None
         tenant = owner.tenant
         api_url = settings.GRYVIA_INTERNAL_API_URL
@@ -160,17 +172,15 @@ class DesiredMixin:
         )
         queue = owner.spec.get("queueName") or "default"
         if self.mode == "kueue":  # created suspended; Kueue unsuspends it when admitted
-            workload = kueue.suspend_patch(workload, queue_name=queue, priority_class=spec.raw.get("priorityClassName"))
+            workload = suspend_patch(workload, queue_name=queue, priority_class=spec.raw.get("priorityClassName"))
         elif self.mode == "kai":
-            template = kai.pod_template_patch(
-                workload["spec"]["template"], queue=kai.queue_name(common["tenant"], queue)
-            )
+            template = pod_template_patch(workload["spec"]["template"], queue=kai_queue_name(common["tenant"], queue))
             workload = {**workload, "spec": {**workload["spec"], "template": template}}
         return workload
 
     def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created
-            token = self._tokens.pop(f"job:{owner.uid_text}", None) or api_key_issue_bound(
+            token = self.tokens.take(f"job:{owner.uid_text}") or api_key_issue_bound(
                 tenant=owner.tenant, bound_to=f"job:{owner.uid_text}", scopes=[JOBS_REPORT], name=f"job {owner.name}"
             )
             return {**manifest, "stringData": {"token": token}}

@@ -1,38 +1,75 @@
-"""The job reconciler's node-facing parts: GPU inventory, reservation claims, node choice and queue status.
+"""The job reconciler's view of the nodes: GPU capacity, lost nodes, GPU inventory, reservation claims, and the
+choice of nodes for a GPU job's pods.
 
-A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module stays one concept.
+One `NodePlacement` per pass: `read()` takes the pass's Nodes and Pods once; `place()` chooses nodes for a job and
+takes the GPUs it chose from what later jobs of the pass see.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
+
+from django.utils.dateparse import parse_datetime
 
 from apps.core.db.epochs import EpochCached
 from apps.core.db.prepared import PreparedRead
-from apps.queueing.inventory import node_views, sync_gpu_nodes
-from apps.queueing.placement import place, reservation_claims
-from apps.queueing.services import queue_status_sync
+from apps.queueing.selectors import node_views, place, reservation_claims
+from apps.queueing.services import sync_gpu_nodes
 from apps.tenants.models import Tenant
 
-from . import admission_inputs, manifests
-from .models import Job
+from .. import manifests
+from ..models import Job
 
+NODE_LOSS_GRACE = dt.timedelta(seconds=60)
 _SLUGS = PreparedRead(lambda: Tenant.objects.values_list("slug", "pk"))
 _SLUG_IDS = EpochCached(("tenants_tenant",), lambda: dict(_SLUGS.rows()))  # slug -> tenant id
 
 
-class PlacementMixin:
-    backend: Any
-    lost_nodes: dict[str, Any]
-    decisions: dict[int, Any]
-    node_views: list[Any]
-    typed_nodes: bool
-    claims: dict[str, int | None]
-    reserved_tenants: set[int]
-    placements: dict[int, dict[str, Any]]
-    unplaced: dict[int, str]
-    _queue_status: tuple[dict, dict] | None = None  # (admitted, pending) for queue_status_sync, until end_pass
+def labels_of(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def timestamp(value: str | None) -> dt.datetime | None:
+    return parse_datetime(value) if value else None
+
+
+class NodePlacement:
+    """The nodes as this pass found them, and the placements it chose (job pk -> record; unplaced: job pk -> why)."""
+
+    def __init__(self) -> None:
+        self.gpu_total = 0
+        self.gpu_simulated = False
+        self.lost_nodes: dict[str, dt.datetime] = {}
+        self.node_views: list[Any] = []
+        self.typed_nodes = False
+        self.claims: dict[str, int | None] = {}
+        self.reserved_tenants: set[int] = set()
+        self.placements: dict[int, dict[str, Any]] = {}
+        self.unplaced: dict[int, str] = {}
+
+    def read(
+        self,
+        nodes: list[dict[str, Any]],
+        observed: dict[str | None, dict[str, list[dict[str, Any]]]],
+        now: dt.datetime,
+    ) -> None:
+        """The GPUs of the Ready nodes, the nodes NotReady past the grace (lost), and the inventory."""
+        total = 0
+        self._inventory(nodes, observed)
+        for node in nodes:
+            status = node.get("status") or {}
+            if labels_of(node).get("gryvia.io/simulated-gpus") == "true":
+                self.gpu_simulated = True
+            ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+            if ready is not None and ready.get("status") != "True":
+                since = timestamp(ready.get("lastTransitionTime")) or now
+                if now - since >= NODE_LOSS_GRACE:
+                    self.lost_nodes[node["metadata"]["name"]] = since
+                continue
+            total += int((status.get("allocatable") or {}).get(manifests.GPU_RESOURCE) or 0)
+        self.gpu_total = total
 
     def _inventory(
         self, nodes: list[dict[str, Any]], observed: dict[str | None, dict[str, list[dict[str, Any]]]]
@@ -53,10 +90,8 @@ class PlacementMixin:
         slugs = _SLUG_IDS.get()
         self.claims = reservation_claims(nodes, slugs)
         self.reserved_tenants = {tenant_id for tenant_id in self.claims.values() if tenant_id}
-        self.placements: dict[int, dict[str, Any]] = {}
-        self.unplaced: dict[int, str] = {}
 
-    def _place(self, job: Job) -> dict[str, Any] | None:
+    def place(self, job: Job) -> dict[str, Any] | None:
         """Choose nodes for a GPU job's pods (recorded on the job, then given to the pods as required affinity)."""
         spec = job.typed_spec
         options = spec.raw.get("placement") or {}
@@ -93,26 +128,3 @@ class PlacementMixin:
         }
         self.placements[job.pk] = record
         return record
-
-    def _record_queue_status(self, heads: admission_inputs.WaitingHeads, held: list[Any]) -> None:
-        """Each queue's admitted usage (held + admitted now) and waiting count, after the cycle: written by
-        `_write_queue_status` in end_pass's transaction, with the pass's other writes."""
-        admitted: dict[tuple[int, str], dict[str, int]] = {}
-        newly = [d for d in heads.demands if getattr(self.decisions.get(d.job_id), "outcome", None) == "admit"]
-        for item in [*held, *newly]:
-            usage = admitted.setdefault((item.tenant_id, item.queue), {})
-            for resource, amount in item.request.items():
-                usage[resource] = usage.get(resource, 0) + amount
-        pending = dict(heads.counts)
-        for demand in heads.demands:
-            decision = self.decisions.get(demand.job_id)
-            if decision is not None and decision.outcome != "wait":
-                key = (demand.tenant_id, demand.queue)
-                pending[key] = pending.get(key, 0) - 1
-        self._queue_status = (admitted, {k: v for k, v in pending.items() if v > 0})
-
-    def _write_queue_status(self) -> None:
-        if self._queue_status is not None:
-            admitted, pending = self._queue_status
-            self._queue_status = None
-            queue_status_sync(admitted=admitted, pending=pending)

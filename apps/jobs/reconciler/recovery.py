@@ -8,21 +8,21 @@
 - A deadline passed by the database's clock (`timeout` from the stored `startTime`, whatever the backend reports):
   the job fails (`DeadlineExceeded`) and its workload is deleted in the same pass.
 
-A mixin of `JobReconciler` (apps.jobs.reconciler), kept apart so each module stays one concept.
+One `Recovery` per pass; it records what it decides through the pass's status writer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from typing import Any
 
-from apps.cluster.services import POD, ObjectRef
+from apps.cluster.services import POD, ClusterBackend, ObjectRef
 
-from . import services
-from .choices import JobPhase
-from .models import Job
-from .status import set_condition, workload_ended
+from .. import services
+from ..choices import JobPhase
+from ..models import Job
+from ..status import set_condition, workload_ended
+from .writer import StatusWriter
 
 RUNNING_PHASES = (JobPhase.SCHEDULING, JobPhase.RUNNING)  # has (had) a workload
 
@@ -46,17 +46,32 @@ def deadline(job: Job) -> dt.datetime | None:
     return job.start_time + dt.timedelta(seconds=job.timeout_s)
 
 
-class RecoveryMixin:
-    backend: Any
-    now: dt.datetime
-    lost_nodes: dict[str, Any]
-    lost: dict[int, bool]  # jobs whose workload this pass found missing -> whether it is applied again
-    overdue: set[int]  # jobs past their timeout this pass (see _overdue)
-    active_rows: list[Any]
-    _update: Callable[..., None]  # PassMixin's
-    _finish: Callable[..., None]  # JobReconciler's
+class Recovery:
+    """Lost nodes, lost workloads and deadlines, for one pass."""
 
-    def _overdue(self, job: Job, live: dict[str, dict[str, Any]]) -> bool:
+    def __init__(
+        self,
+        *,
+        backend: ClusterBackend,
+        now: dt.datetime,
+        lost_nodes: dict[str, dt.datetime],
+        active_rows: list[Any],
+        writer: StatusWriter,
+    ) -> None:
+        self.backend = backend
+        self.now = now
+        self.lost_nodes = lost_nodes
+        self.active_rows = active_rows
+        self.writer = writer
+        self.lost: dict[int, bool] = {}  # jobs whose workload this pass found missing -> whether it runs again
+        self.overdue: set[int] = set()  # jobs past their timeout this pass (see is_overdue)
+
+    def workload_missing(self, job: Job) -> bool:
+        """A running job whose workload is gone: record it, and whether it may run again (see may_retry)."""
+        self.lost[job.pk] = retry = may_retry(job)
+        return retry
+
+    def is_overdue(self, job: Job, live: dict[str, dict[str, Any]]) -> bool:
         """A running job past its deadline (one whose batch Job has just ended on its own is left to report so)."""
         if job.pk in self.overdue:
             return True
@@ -66,7 +81,7 @@ class RecoveryMixin:
         self.overdue.add(job.pk)
         return True
 
-    def _past_deadline(self) -> set[int]:
+    def past_deadline(self) -> set[int]:
         """Of the admitted jobs begin_pass read, those whose timeout has run out since they started (or, not yet
         started, since they were admitted): owners() hands them to observe() even when nothing else changed."""
         return {
@@ -78,7 +93,7 @@ class RecoveryMixin:
             and self.now >= row.admitted_at + dt.timedelta(seconds=row.timeout_s)
         }
 
-    def _workload_lost(self, job: Job, now: dt.datetime) -> None:
+    def workload_lost(self, job: Job, now: dt.datetime) -> None:
         """Its workload is gone from the cluster (deleted behind Gryvia's back, the cluster emptied, the local
         backend's process restarted): run it again from its last checkpoint within `retryLimit`, else fail it.
         Its run's usage record closes either way (the `WorkloadLost` event); a new one opens when it runs again."""
@@ -87,10 +102,10 @@ class RecoveryMixin:
         what = "its workload is gone from the cluster (deleted outside Gryvia, or the backend restarted)"
         if not self.lost[job.pk]:
             message = f"{what}; no retry left ({attempt - 1} attempt(s), retryLimit {limit})"
-            self._finish(job, JobPhase.FAILED, "WorkloadLost", message, now)
+            self.writer.finish(job, JobPhase.FAILED, "WorkloadLost", message, now)
             return
         message = f"{what}; started again from its last checkpoint: attempt {attempt} of {limit + 1}"
-        self._update(
+        self.writer.update(
             job,
             events=[("WorkloadLost", message, "Warning")],
             phase=JobPhase.SCHEDULING,
@@ -104,7 +119,7 @@ class RecoveryMixin:
             ),
         )
 
-    def _recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
+    def recover_lost_nodes(self, job: Job, pods: list[dict[str, Any]], now: dt.datetime) -> None:
         """Force-delete (UID precondition) a non-elastic job's pods stuck on nodes NotReady past the grace."""
         if not self.lost_nodes or job.typed_spec.elastic:
             return

@@ -7,7 +7,8 @@ from rest_framework import serializers
 
 from apps.core.api.serializers import ManifestSerializerMixin, StrictModelSerializer
 
-from ..models import RESOURCES, Cohort, PriorityClass, Queue, Reservation
+from ..choices import RESOURCES
+from ..models import Cohort, PriorityClass, Queue, Reservation
 
 _QUANTITY_SCHEMA = {
     "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],

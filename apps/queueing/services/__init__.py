@@ -3,8 +3,15 @@
 Each write is transactional and leaves one audit row. Cohorts and priority classes are platform-level (audited
 with no tenant); reservations are a tenant's but only platform staff set them. Errors are Django
 `ValidationError`s naming the field, or `PermissionError` (HTTP 403).
+
+Also what the job reconciler needs to run a job under the admission mode (GRYVIA_ADMISSION): the GPU inventory it
+syncs from the Nodes, Kueue's suspend patch and KAI's queue and pod template patch.
 """
 
+from ..inventory import sync_gpu_nodes
+from ..kai import gpu_fraction_annotations, pod_template_patch
+from ..kai import queue_name as kai_queue_name
+from ..kueue import suspend_patch
 from .priorities import (
     PRIORITY_CLASS_FIELDS,
     priority_class_create,
@@ -43,6 +50,9 @@ __all__ = [
     "cohort_create",
     "cohort_delete",
     "cohort_update",
+    "gpu_fraction_annotations",
+    "kai_queue_name",
+    "pod_template_patch",
     "priority_class_create",
     "priority_class_delete",
     "priority_class_update",
@@ -53,5 +63,7 @@ __all__ = [
     "reservation_create",
     "reservation_delete",
     "reservation_update",
+    "suspend_patch",
+    "sync_gpu_nodes",
     "validate_quotas",
 ]

@@ -10,7 +10,8 @@ from django.db import IntegrityError, transaction
 from apps.core.audit import snapshot
 from apps.core.principal import Principal
 
-from ..models import PreemptionPolicy, PriorityClass
+from ..choices import PreemptionPolicy
+from ..models import PriorityClass
 from ._common import _audit, _full_clean, _locked_and_changed, _reject_unknown, _require_platform
 
 PRIORITY_CLASS_FIELDS = ("value", "preemption_policy", "description", "is_default")

@@ -11,7 +11,8 @@ from django.core.exceptions import ValidationError
 from apps.core.quantities import QuantityError, parse_quantity
 from apps.tenants.models import Tenant
 
-from ..models import CPU, GPU, MEMORY, RESOURCES, Queue
+from ..choices import CPU, GPU, MEMORY, RESOURCES
+from ..models import Queue
 from ..selectors import resource_amount
 from ._common import _LABEL_VALUE
 
