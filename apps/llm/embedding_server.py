@@ -1,6 +1,6 @@
 """A small OpenAI-compatible embeddings server over sentence-transformers: `python -m apps.llm.embedding_server`.
 
-The local cluster backend runs it for the `minilm` model (see local_models.py). It is a plain ASGI callable under
+The local cluster backend runs it for the `minilm` model (see packaged.py). It is a plain ASGI callable under
 uvicorn, imports no Django, and reads nothing from the network (the model is a folder on disk).
 
     GET  /health          200 once the model is loaded

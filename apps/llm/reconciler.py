@@ -37,7 +37,7 @@ from apps.cluster.services import (
 )
 from apps.core.reconcile import OwnerReconciler, ReconcileStats
 
-from . import local_models, manifests, routing
+from . import manifests, packaged, routing
 from .choices import Runtime, ServicePhase
 from .manifests import LocalLaunch
 from .models import InferenceService
@@ -77,11 +77,11 @@ def _threads() -> int:
     return max(1, settings.GRYVIA_LLM_LOCAL_THREADS)
 
 
-def _packaged_argv(model: local_models.LocalModel, threads: int) -> list[str]:
+def _packaged_argv(model: packaged.LocalModel, threads: int) -> list[str]:
     key = (model.name, str(settings.DATA_DIR), threads)
     cached = _PACKAGED_ARGV.get(key)
     if cached is None or not cached[1].exists():
-        argv = local_models.server_command(
+        argv = packaged.server_command(
             model, host=LOOPBACK, port=manifests.PORT, data_dir=settings.DATA_DIR, threads=threads
         )
         weights = Path(argv[argv.index("--model" if model.runtime == Runtime.LLAMACPP else "--model-path") + 1])
@@ -93,7 +93,7 @@ def _packaged_argv(model: local_models.LocalModel, threads: int) -> list[str]:
 def local_launch(service: InferenceService) -> LocalLaunch:
     """The server a service runs on this machine: GRYVIA_LLM_LOCAL_COMMANDS[runtime] when set (an argv template
     with {python}, {model}, {served_model}, {host}, {port}); a packaged model (tiny-chat, minilm) through
-    apps.llm.local_models; else a GGUF file (llamacpp) or a model folder (sentence-transformers) on this machine.
+    apps.llm.packaged; else a GGUF file (llamacpp) or a model folder (sentence-transformers) on this machine.
 
     Raises:
         LocalLaunchError: the runtime needs a cluster, the models extra is missing, or there is no such model here.
@@ -105,24 +105,24 @@ def local_launch(service: InferenceService) -> LocalLaunch:
             "llamacpp and sentence-transformers services"
         )
     threads, served = _threads(), manifests.served_model(service)
-    env = {**local_models.server_env(threads=threads, base={}), "PYTHONPATH": str(settings.BASE_DIR)}
-    health = local_models.HEALTH_PATHS[runtime]
+    env = {**packaged.server_env(threads=threads, base={}), "PYTHONPATH": str(settings.BASE_DIR)}
+    health = packaged.HEALTH_PATHS[runtime]
     extra = [str(a) for a in service.args or []]
     template = settings.GRYVIA_LLM_LOCAL_COMMANDS.get(runtime)
     if template:
         values = {"python": sys.executable, "model": service.model, "served_model": served}
         values.update(host=LOOPBACK, port="$(PORT)")
         return LocalLaunch([str(a).format(**values) for a in template] + extra, health, env)
-    packaged = next((m for m in local_models.MODELS if m.name == service.model and m.runtime == runtime), None)
-    if packaged is not None:
-        if packaged not in local_models.installed():
+    bundled = next((m for m in packaged.MODELS if m.name == service.model and m.runtime == runtime), None)
+    if bundled is not None:
+        if bundled not in packaged.installed():
             raise LocalLaunchError(
-                f"model {packaged.name} needs the local models extra: run `make models`, then restart Gryvia"
+                f"model {bundled.name} needs the local models extra: run `make models`, then restart Gryvia"
             )
-        return LocalLaunch(_packaged_argv(packaged, threads) + extra, health, env)
+        return LocalLaunch(_packaged_argv(bundled, threads) + extra, health, env)
     path = Path(service.model).expanduser()
     if not path.exists():
-        known = ", ".join(m.name for m in local_models.MODELS if m.runtime == runtime)
+        known = ", ".join(m.name for m in packaged.MODELS if m.runtime == runtime)
         raise LocalLaunchError(
             f"model {service.model!r} is neither a packaged local model ({known}) nor a file or folder on this "
             "machine; in a cluster (GRYVIA_BACKEND=kubernetes) the runtime's image loads it"

@@ -17,7 +17,7 @@ from django.core.validators import URLValidator
 
 from apps.core.quantities import QuantityError, parse_quantity
 
-from . import local_models
+from . import packaged
 from .choices import Runtime, Task
 from .models import MODEL_NAME
 
@@ -106,8 +106,8 @@ def _clean_model(runtime: str, model: Any) -> str:
             raise _fail("model", f"{model!r}: the upstream's model name has no spaces or control characters")
         return model
     if runtime in LOCAL_RUNTIMES:
-        packaged = [m.name for m in local_models.MODELS if m.runtime == runtime]
-        if model in packaged:
+        names = [m.name for m in packaged.MODELS if m.runtime == runtime]
+        if model in names:
             return model
         is_path = model.startswith("/") and ".." not in model.split("/") and not _CONTROL.search(model)
         if runtime == Runtime.LLAMACPP and is_path and not model.endswith(".gguf"):
@@ -115,7 +115,7 @@ def _clean_model(runtime: str, model: Any) -> str:
         if not is_path:
             raise _fail(
                 "model",
-                f"{model!r} is neither a packaged {runtime} model ({', '.join(packaged)}) nor an absolute file path",
+                f"{model!r} is neither a packaged {runtime} model ({', '.join(names)}) nor an absolute file path",
             )
         return model
     if _MODEL_ID.match(model) or (model.startswith("/") and not _CONTROL.search(model)):

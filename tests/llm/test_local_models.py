@@ -1,5 +1,5 @@
 """The real packaged models behind their real servers, started as the local backend will start them (the argv and
-environment from apps.llm.local_models), and called with the official openai client. Needs `make models`."""
+environment from apps.llm.packaged), and called with the official openai client. Needs `make models`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from apps.llm import local_models
-from apps.llm.local_models import MINILM, TINY_CHAT, LocalModel
+from apps.llm import packaged
+from apps.llm.packaged import MINILM, TINY_CHAT, LocalModel
 
 pytestmark = pytest.mark.slow
 
@@ -56,18 +56,18 @@ def _servers_stay_up() -> Iterator[None]:
 
 
 def _serve(model: LocalModel, tmp: Path) -> Iterator[str]:
-    if model not in local_models.installed():
-        missing = [m for m in model.modules if not local_models._importable(m)]
+    if model not in packaged.installed():
+        missing = [m for m in model.modules if not packaged._importable(m)]
         why = f"{model.name} needs the models extra (`make models`); missing modules: {', '.join(missing)}"
         if os.environ.get("GRYVIA_REQUIRE_MODELS") == "1":  # CI installs the extra: a skip there is a failure
             pytest.fail(why)
         pytest.skip(why)
     port = _free_port()
-    argv = local_models.server_command(model, host="127.0.0.1", port=port, data_dir=tmp / "data")
+    argv = packaged.server_command(model, host="127.0.0.1", port=port, data_dir=tmp / "data")
     log = tmp / f"{model.name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, env=local_models.server_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=packaged.server_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     base = f"http://127.0.0.1:{port}"
     _RUNNING[model.name] = (proc, log)

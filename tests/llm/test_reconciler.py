@@ -25,7 +25,7 @@ from apps.cluster.backends.local import LocalBackend
 from apps.cluster.backends.local.pods import group_alive
 from apps.core.models import AuditEntry
 from apps.core.principal import system
-from apps.llm import local_models, manifests, routing
+from apps.llm import manifests, packaged, routing
 from apps.llm.local_registry import register_local_models
 from apps.llm.models import InferenceService, Runtime, ServicePhase
 from apps.llm.reconciler import reconcile_inference_services
@@ -175,15 +175,15 @@ def test_what_cannot_run_here_fails_with_the_reason(backend, monkeypatch):
     assert rows["zero"].status_message == "scaled to 0 replicas"
     assert not backend.list(DEPLOYMENT, label_selector=SELECTOR)
     # A packaged model without the extra: says what to run.
-    monkeypatch.setattr(local_models, "installed", lambda: [])
-    packaged = make_service(None, "minilm", runtime=Runtime.SENTENCE_TRANSFORMERS)
+    monkeypatch.setattr(packaged, "installed", lambda: [])
+    minilm = make_service(None, "minilm", runtime=Runtime.SENTENCE_TRANSFORMERS)
     reconcile_inference_services(backend)
-    packaged.refresh_from_db()
-    assert packaged.status_phase == ServicePhase.FAILED and "make models" in packaged.status_message
+    minilm.refresh_from_db()
+    assert minilm.status_phase == ServicePhase.FAILED and "make models" in minilm.status_message
 
 
 def test_readyz_waits_for_the_local_models_registered_at_start(backend, client, settings, monkeypatch):
-    monkeypatch.setattr(local_models, "installed", lambda: list(local_models.MODELS))
+    monkeypatch.setattr(packaged, "installed", lambda: list(packaged.MODELS))
     assert client.get("/readyz").status_code == 200  # nothing registered yet: nothing to wait for
     result = register_local_models(actor=system("test"))
     assert result.registered == ["tiny-chat", "minilm"]
@@ -206,10 +206,10 @@ def test_readyz_waits_for_the_local_models_registered_at_start(backend, client, 
 
 def test_register_local_models_creates_them_once_with_an_audit_entry(db, settings, monkeypatch):
     settings.GRYVIA_BACKEND = "local"
-    monkeypatch.setattr(local_models, "installed", lambda: [])
+    monkeypatch.setattr(packaged, "installed", lambda: [])
     assert "models extra is not installed" in register_local_models(actor=system("test")).summary()
     assert not InferenceService.objects.exists()
-    monkeypatch.setattr(local_models, "installed", lambda: list(local_models.MODELS))
+    monkeypatch.setattr(packaged, "installed", lambda: list(packaged.MODELS))
     out = io.StringIO()
     call_command("bootstrap", stdout=out)
     assert "Local models: registered tiny-chat, minilm" in out.getvalue()
@@ -231,7 +231,7 @@ def test_register_local_models_creates_them_once_with_an_audit_entry(db, setting
 def test_the_real_local_models_run_through_the_reconciler_and_the_gateway(backend, settings, gateway):
     """tiny-chat and minilm start as local Deployments, turn Ready, and answer through /v1/ as shared models any
     tenant may call (as `demo` does after `make models` and `make run`), each request metered."""
-    missing = [m.name for m in local_models.MODELS if m not in local_models.installed()]
+    missing = [m.name for m in packaged.MODELS if m not in packaged.installed()]
     if missing:
         why = f"{', '.join(missing)} need the models extra (`make models`)"
         if os.environ.get("GRYVIA_REQUIRE_MODELS") == "1":  # CI installs the extra: a skip there is a failure

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from apps.core.api.serializers import ManifestSerializerMixin, StrictModelSerializer
 
-from .. import local_models, spec
+from .. import packaged, spec
 from ..choices import Runtime, Task
 from ..models import InferenceService, ModelAlias
 
@@ -81,7 +81,7 @@ class InferenceServiceSerializer(_SharedOrTenantSerializer):
     model = serializers.CharField(
         max_length=500,
         help_text="external: the upstream's model name; llamacpp, sentence-transformers: a packaged model "
-        f"({', '.join(m.name for m in local_models.MODELS)}) or an absolute path; vllm, tgi: a model id",
+        f"({', '.join(m.name for m in packaged.MODELS)}) or an absolute path; vllm, tgi: a model id",
     )
     model_name = serializers.CharField(
         required=False, allow_blank=True, max_length=100, help_text="what clients call (default: name)"

@@ -1,7 +1,7 @@
 """What survives a gateway process's death (production profile): the settlement pass, and the durable usage a lost
 day counter is rebuilt from.
 
-`settle_dead_replicas` is periodic (GRYVIA_PERIODIC "settle-llm-reservations", Celery beat): for each process whose
+`settle_dead_replicas` is periodic ("settle-llm-reservations", registered in apps/llm/tasks.py): for each process whose
 lease in Redis is gone, it writes the usage rows of the requests it had answered (their records hold the rows) and
 settles each reservation it left open as estimated usage (the prompt's estimate plus the output it allowed,
 status 502, `estimated`), then forgets them. Each step is idempotent, so a pass that dies half-way is redone by the
