@@ -14,7 +14,7 @@ from django.db import transaction
 from apps.cluster.services import WORKLOAD, ClusterBackend
 from apps.queueing.services import queue_status_sync
 
-from .. import admission_budgets, admission_inputs, selectors, services
+from .. import admission_budgets, admission_inputs, admission_limits, selectors, services
 from ..admission import GPU, Decision, admit
 from ..choices import HOLDING_PHASES, JobPhase
 from ..models import Job
@@ -96,8 +96,8 @@ class PassAdmission:
             for d in admit(
                 waiting=waiting,
                 holdings=held,
-                queues=admission_inputs.queue_quotas(),
-                ceilings=admission_inputs.tenant_ceilings(),
+                queues=admission_limits.queue_quotas(),
+                ceilings=admission_limits.tenant_ceilings(),
                 capacity={GPU: gpu_total},
                 budgets=budgets,
             )
