@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import logging
 import os
 import re
@@ -186,8 +185,19 @@ EVENT_TYPES = (
 RESERVED_EVENT_TYPES = ("workflow.finished",)  # accepted in subscriptions; emitted once workflows exist
 
 
+# Where emit() writes events for outside receivers: objects (modules) with `listening` and `write`, registered by
+# the apps that deliver them in their AppConfig.ready() (apps.webhooks registers its outbox).
+_outbox_registry: list[Any] = []
+
+
+def register_outbox(outbox: Any) -> None:
+    """Write every emitted event to `outbox` too (`outbox.listening(tenant_ids=, types=)`, `outbox.write(items)`)."""
+    if outbox not in _outbox_registry:
+        _outbox_registry.append(outbox)
+
+
 def _outboxes() -> list[Any]:
-    return [importlib.import_module(path) for path in settings.GRYVIA_EVENT_OUTBOXES]
+    return list(_outbox_registry)
 
 
 def listening(*, tenant_ids: set[int], types: set[str]) -> set[tuple[int, str]]:

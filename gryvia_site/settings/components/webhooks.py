@@ -6,9 +6,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..env import env_int, env_list, env_str
 
-# Where apps.core.events.emit writes events for outside receivers (modules with `listening` and `write`).
-GRYVIA_EVENT_OUTBOXES = ["apps.webhooks.outbox"]
-
 # Addresses the guard (apps.core.netguard) lets webhooks reach although they are not public, and the only ones
 # reachable over plain http: CIDRs or single addresses, comma-separated. Empty: public addresses, https only.
 GRYVIA_WEBHOOK_ALLOW_CIDRS = env_list("GRYVIA_WEBHOOK_ALLOW_CIDRS", [])
