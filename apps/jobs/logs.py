@@ -13,6 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from apps.cluster.services import POD, NotFoundError, get_backend
+from apps.core.scoping import tenant_scope
 
 from . import choices as C
 from .models import Job
@@ -80,7 +81,7 @@ async def follow_job_logs(job: Job, *, index: int | None = None, tail: int | Non
             yield "".join(chunks)
         # On the request's own sync thread, whose database connection Django closes after the request (a pool
         # thread's connection would stay open).
-        finished = await sync_to_async(_finished)(job.pk)
+        finished = await sync_to_async(_finished)(job)
         running = any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods)
         if finished and not running:
             # One more read after the pods ended, so nothing written in their last moments is lost.
@@ -90,6 +91,7 @@ async def follow_job_logs(job: Job, *, index: int | None = None, tail: int | Non
         await asyncio.sleep(FOLLOW_POLL_S)
 
 
-def _finished(job_pk: int) -> bool:
-    job = Job.all_tenants.filter(pk=job_pk).only("phase").first()
-    return job is None or job.phase in C.TERMINAL_PHASES
+def _finished(job: Job) -> bool:
+    with tenant_scope(job.tenant_id):
+        now = Job.objects.filter(pk=job.pk).only("phase").first()
+    return now is None or now.phase in C.TERMINAL_PHASES

@@ -20,6 +20,7 @@ from apps.core.db.bulk import bulk_insert
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
+from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from . import choices as C
@@ -133,7 +134,8 @@ def _emit_phase_events(events: list[tuple[Job, str, str, str]]) -> None:
         return
     # Jobs read with only a few columns (the reconciler's bulk queueing) get the rest in one query.
     partial = [job.pk for job, *_ in typed if job.get_deferred_fields() & _PAYLOAD_FIELDS]
-    found = Job.all_tenants.filter(pk__any_of=partial).values("pk", "uid", "queue_name", "spec__type")
+    with tenant_scope({job.tenant_id for job, *_ in typed}):
+        found = Job.objects.filter(pk__any_of=partial).values("pk", "uid", "queue_name", "spec__type")
     rows = {row["pk"]: row for row in found}
     items = []
     for job, event_type, reason, message in typed:
@@ -233,8 +235,8 @@ def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job
     normalized = job_validate(name=name, spec=spec)
     with transaction.atomic():
         try:
-            with transaction.atomic():  # a savepoint: a name taken in the tenant is a field error, not a 500
-                job = Job.all_tenants.create(
+            with transaction.atomic(), tenant_scope(tenant):  # a savepoint: a name taken is a field error, not a 500
+                job = Job.objects.create(
                     tenant=tenant,
                     name=name,
                     spec=normalized,
@@ -253,7 +255,8 @@ def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job
 @transaction.atomic
 def job_cancel(*, actor: Principal, job: Job) -> Job:
     """Ask for the job to stop: its workload gets the checkpoint request, the grace period, then is stopped."""
-    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    with tenant_scope(job.tenant_id):
+        job = Job.objects.select_for_update().select_related("tenant").get(pk=job.pk)
     if job.is_terminal:
         raise JobConflict(f"job {job.name} is already {job.phase}")
     if job.cancel_requested_at is None:
@@ -271,7 +274,8 @@ def _resubmit_name(job: Job) -> str:
     base = _RESUBMITTED.sub("", job.name)
     # Every candidate starts with this, whatever the suffix's length (up to "-r999999999").
     prefix = base[: C.MAX_NAME_LENGTH - 12].rstrip("-")
-    taken = set(Job.all_tenants.filter(tenant_id=job.tenant_id, name__startswith=prefix).values_list("name", flat=True))
+    with tenant_scope(job.tenant_id):
+        taken = set(Job.objects.filter(name__startswith=prefix).values_list("name", flat=True))
     number = 2
     while True:
         suffix = f"-r{number}"
@@ -286,7 +290,8 @@ def job_resubmit(*, actor: Principal, job: Job) -> Job:
     """Submit a finished job's spec again as a new job, named `<name>-r<N>` (the first free N from 2), through
     `job_create` (validated, audited); the finished job and its history stay. Raises JobConflict while the job
     is still active: cancel it first, or two of it would run."""
-    job = Job.all_tenants.select_related("tenant").get(pk=job.pk)
+    with tenant_scope(job.tenant_id):
+        job = Job.objects.select_related("tenant").get(pk=job.pk)
     if not job.is_terminal:
         raise JobConflict(f"job {job.name} is {job.phase}: only a finished job can be resubmitted (cancel it first)")
     created = job_create(actor=actor, tenant=job.tenant, name=_resubmit_name(job), spec=job.spec)
@@ -302,7 +307,8 @@ def job_budget_release(*, actor: Principal, job: Job) -> Job:
 
     if not (actor.is_platform and ADMIN in actor.platform_scopes):
         raise PermissionError("only platform staff with admin can release a job from its budget hold")
-    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    with tenant_scope(job.tenant_id):
+        job = Job.objects.select_for_update().select_related("tenant").get(pk=job.pk)
     if job.is_terminal or job.cancel_requested_at is not None or job.phase not in C.WAITING_PHASES:
         raise JobConflict(f"job {job.name} is {job.phase}: only a job waiting for admission can be released")
     if job.budget_released_at is not None:
@@ -326,7 +332,8 @@ def job_budget_release(*, actor: Principal, job: Job) -> Job:
 @transaction.atomic
 def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
     """Set an elastic job's desired node count (minNodes..nodes); the reconciler starts or stops indexes."""
-    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    with tenant_scope(job.tenant_id):
+        job = Job.objects.select_for_update().select_related("tenant").get(pk=job.pk)
     spec = job.typed_spec
     if not spec.elastic:
         raise JobConflict(f"job {job.name} is not elastic: only elastic jobs can be resized")
@@ -376,7 +383,8 @@ def job_report_checkpoint(*, principal: Principal, job: Job, step: Any, committe
         raise ValidationError({"step": "must be a non-negative integer"})
     if not isinstance(committed, bool):
         raise ValidationError({"committed": "must be true or false"})
-    job = Job.all_tenants.select_for_update().select_related("tenant").get(pk=job.pk)
+    with tenant_scope(job.tenant_id):
+        job = Job.objects.select_for_update().select_related("tenant").get(pk=job.pk)
     if job.last_reported_step is None or step > job.last_reported_step or committed:
         job.last_reported_step = max(step, job.last_reported_step or 0)
     fields = ["last_reported_step", "updated_at"]

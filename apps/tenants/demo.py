@@ -22,6 +22,7 @@ from django.core.management.base import CommandError
 from django.db import transaction
 
 from apps.core.principal import system
+from apps.core.scoping import tenant_scope
 
 from . import services
 from .models import ApiKey, Tenant
@@ -81,7 +82,8 @@ def demo_key_rotate(out: TextIO) -> None:
     tenant = Tenant.objects.filter(slug=creds.get("tenant", "demo")).first()
     if tenant is None:
         raise CommandError(f"the tenant {creds.get('tenant', 'demo')!r} of {path} no longer exists")
-    old = ApiKey.all_tenants.filter(tenant=tenant, key_id=creds.get("api_key_id", "")).first()
+    with tenant_scope(tenant):
+        old = ApiKey.objects.filter(key_id=creds.get("api_key_id", "")).first()
     actor = system("bootstrap")
     with transaction.atomic():
         key, plaintext = services.api_key_create(

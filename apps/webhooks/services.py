@@ -24,6 +24,7 @@ from apps.core.audit import audit_record, snapshot
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
+from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from . import signing
@@ -169,9 +170,10 @@ def endpoint_create(
         )
     )
     secret = signing.secret_generate()
-    endpoint = WebhookEndpoint.all_tenants.create(
-        tenant=tenant, secret_encrypted=crypto.encrypt(secret), created_by=actor.label, **values
-    )
+    with tenant_scope(tenant):
+        endpoint = WebhookEndpoint.objects.create(
+            tenant=tenant, secret_encrypted=crypto.encrypt(secret), created_by=actor.label, **values
+        )
     _audit(actor, "webhook.create", endpoint, None, {**_snapshot(endpoint), "secret": "set"})
     return endpoint, secret
 
@@ -182,7 +184,8 @@ def endpoint_update(*, actor: Principal, endpoint: WebhookEndpoint, **changes: A
     unknown = sorted(set(changes) - set(UPDATE_FIELDS))
     if unknown:
         raise ValidationError({name: "unknown field, or one that cannot be changed" for name in unknown})
-    endpoint = WebhookEndpoint.all_tenants.select_for_update().select_related("tenant").get(pk=endpoint.pk)
+    with tenant_scope(endpoint.tenant_id):
+        endpoint = WebhookEndpoint.objects.select_for_update().select_related("tenant").get(pk=endpoint.pk)
     _require_write(actor, endpoint.tenant)
     values = validate_fields(changes)
     before = _snapshot(endpoint)
@@ -216,7 +219,8 @@ def endpoint_rotate_secret(
 ) -> tuple[WebhookEndpoint, str]:
     """A new secret (returned this once). The old one also signs for `grace_seconds` (default
     GRYVIA_WEBHOOK_ROTATION_GRACE_S; 0 ends it now), so receivers can switch without losing a delivery."""
-    endpoint = WebhookEndpoint.all_tenants.select_for_update().select_related("tenant").get(pk=endpoint.pk)
+    with tenant_scope(endpoint.tenant_id):
+        endpoint = WebhookEndpoint.objects.select_for_update().select_related("tenant").get(pk=endpoint.pk)
     _require_write(actor, endpoint.tenant)
     grace = settings.GRYVIA_WEBHOOK_ROTATION_GRACE_S if grace_seconds is None else grace_seconds
     if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= 7 * 86400:
@@ -239,18 +243,21 @@ def endpoint_ping(*, actor: Principal, endpoint: WebhookEndpoint) -> Delivery:
     from .delivery import DrainStats, claim, send_and_record
 
     with transaction.atomic():
-        endpoint = WebhookEndpoint.all_tenants.select_related("tenant").get(pk=endpoint.pk)
+        with tenant_scope(endpoint.tenant_id):
+            endpoint = WebhookEndpoint.objects.select_related("tenant").get(pk=endpoint.pk)
         _require_write(actor, endpoint.tenant)
         if not endpoint.enabled:
             raise Conflict(f"webhook {endpoint.pk} is disabled: enable it before pinging it")
         data = {"endpoint": endpoint.pk, "url": endpoint.url, "requested_by": actor.label}
         core_events.emit(tenant=endpoint.tenant, type="ping", data=data, endpoint_ids=[endpoint.pk])
-        delivery = Delivery.all_tenants.filter(endpoint=endpoint, event__type="ping").order_by("-id").first()
+        with tenant_scope(endpoint.tenant_id):
+            delivery = Delivery.objects.filter(endpoint=endpoint, event__type="ping").order_by("-id").first()
         _audit(actor, "webhook.ping", endpoint, None, {"delivery": delivery.pk})
     batch = claim(now=timezone.now(), limit=1, only_ids=[delivery.pk])
     if batch:  # no transaction is open here: the request goes out after the delivery row is committed
         send_and_record(batch, now=timezone.now(), stats=DrainStats())
-    return Delivery.all_tenants.select_related("event", "endpoint").get(pk=delivery.pk)
+    with tenant_scope(delivery.tenant_id):
+        return Delivery.objects.select_related("event", "endpoint").get(pk=delivery.pk)
 
 
 def endpoint_failures_record(*, endpoint_id: int, failed: bool) -> bool:
@@ -283,7 +290,8 @@ def endpoint_failures_record(*, endpoint_id: int, failed: bool) -> bool:
 @transaction.atomic
 def delivery_redeliver(*, actor: Principal, delivery: Delivery) -> Delivery:
     """Send a delivery again now, with the same `webhook-id`, for a fresh retry horizon. Earlier attempts stay."""
-    delivery = Delivery.all_tenants.select_for_update().select_related("tenant", "endpoint").get(pk=delivery.pk)
+    with tenant_scope(delivery.tenant_id):
+        delivery = Delivery.objects.select_for_update().select_related("tenant", "endpoint").get(pk=delivery.pk)
     _require_write(actor, delivery.tenant)
     if not delivery.endpoint.enabled:
         raise Conflict(f"webhook {delivery.endpoint_id} is disabled: enable it before redelivering")

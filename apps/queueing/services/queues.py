@@ -10,6 +10,7 @@ from django.db.models import F
 
 from apps.core.audit import snapshot
 from apps.core.principal import Principal
+from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from ..models import Cohort, Queue
@@ -52,7 +53,8 @@ def queue_update(*, actor: Principal, queue: Queue, **changes: Any) -> Queue:
     """Change `cohort`, `weight` or `quotas`; bumps `generation`. The name never changes."""
     _reject_unknown(changes, QUEUE_FIELDS)
     tenant = Tenant.objects.select_for_update().get(pk=queue.tenant_id)
-    queue = Queue.all_tenants.select_for_update(of=("self",)).select_related("cohort").get(pk=queue.pk)
+    with tenant_scope(tenant):
+        queue = Queue.objects.select_for_update(of=("self",)).select_related("cohort").get(pk=queue.pk)
     queue.tenant = tenant
     before = snapshot(queue, Queue.AUDIT_FIELDS)
     if "weight" in changes:

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from apps.core.quantities import QuantityError, parse_quantity
+from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from ..choices import CPU, GPU, MEMORY, RESOURCES
@@ -104,7 +105,8 @@ def check_tenant_ceilings(*, tenant: Tenant, quotas: list[dict[str, Any]], exclu
     `max_gpus` bounds all GPU quota, each `gpu_type_ceilings` entry the quota of that flavor, `max_cpu` and
     `max_memory` the cpu and memory quota. Raises ValidationError naming `quotas`.
     """
-    others = Queue.all_tenants.filter(tenant_id=tenant.pk).exclude(pk=exclude_queue_id).values_list("quotas", flat=True)
+    with tenant_scope(tenant):
+        others = Queue.objects.exclude(pk=exclude_queue_id).values_list("quotas", flat=True)
     totals = _totals([*others, quotas])
     problems = []
     if tenant.max_gpus is not None and totals[(GPU, "*")] > tenant.max_gpus:

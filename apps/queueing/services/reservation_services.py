@@ -11,6 +11,7 @@ from django.db import transaction
 from apps.core.audit import snapshot
 from apps.core.periodic import nudge
 from apps.core.principal import Principal
+from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from ..models import Reservation
@@ -62,7 +63,8 @@ def reservation_create(
 def reservation_update(*, actor: Principal, reservation: Reservation, **changes: Any) -> Reservation:
     _require_platform(actor, "reservations")
     _reject_unknown(changes, RESERVATION_FIELDS)
-    rows = Reservation.all_tenants.select_related("tenant")
+    with tenant_scope(reservation.tenant_id):
+        rows = Reservation.objects.select_related("tenant")
     reservation, before = _locked_and_changed(rows, reservation.pk, Reservation.AUDIT_FIELDS, changes)
     _check_reservation(reservation)
     after = snapshot(reservation, Reservation.AUDIT_FIELDS)

@@ -14,6 +14,7 @@ from apps.core import scopes as S
 from apps.core.audit import snapshot
 from apps.core.errors import Conflict
 from apps.core.principal import Principal
+from apps.core.scoping import tenant_scope
 
 from .. import keys
 from ..models import ApiKey, Tenant
@@ -73,18 +74,19 @@ def api_key_create(
         }
     )
     secret = keys.new_secret()
-    key = ApiKey.all_tenants.create(
-        tenant=tenant,
-        key_id=keys.new_key_id(),
-        name=name,
-        secret_digest=keys.digest(secret),
-        scopes=sorted(set(scopes)),
-        is_platform=is_platform,
-        expires_at=expires_at,
-        created_by=actor.label,
-        user=user,
-        **limits,
-    )
+    with tenant_scope(tenant):
+        key = ApiKey.objects.create(
+            tenant=tenant,
+            key_id=keys.new_key_id(),
+            name=name,
+            secret_digest=keys.digest(secret),
+            scopes=sorted(set(scopes)),
+            is_platform=is_platform,
+            expires_at=expires_at,
+            created_by=actor.label,
+            user=user,
+            **limits,
+        )
     tenant_audit(actor, "api_key.create", key, tenant, None, snapshot(key, ApiKey.AUDIT_FIELDS))
     access_changed()  # the gateway may remember the id as unknown
     return key, keys.format_key(key.key_id, secret)

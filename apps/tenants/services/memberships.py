@@ -13,6 +13,7 @@ from apps.core import scopes as S
 from apps.core.audit import snapshot
 from apps.core.periodic import nudge
 from apps.core.principal import Principal
+from apps.core.scoping import tenant_scope
 
 from ..models import Membership, Tenant
 from .audit import tenant_audit
@@ -34,7 +35,8 @@ def _check_rank(actor: Principal, tenant: Tenant, *roles: str) -> None:
         return
     own = "viewer"
     if actor.user_id is not None:
-        membership = Membership.all_tenants.filter(tenant=tenant, user_id=actor.user_id).first()
+        with tenant_scope(tenant):
+            membership = Membership.objects.filter(user_id=actor.user_id).first()
         own = membership.role if membership else own
     if S.ADMIN in actor.scopes_in(tenant.pk) and S.ROLE_RANK[own] < S.ROLE_RANK["admin"]:
         own = "admin"
@@ -49,9 +51,10 @@ def membership_add(*, actor: Principal, tenant: Tenant, user: Any, role: str, cl
     if role not in S.ROLES:
         raise ValidationError({"role": f"must be one of {', '.join(S.ROLES)}"})
     _check_rank(actor, tenant, role)
-    if Membership.all_tenants.filter(tenant=tenant, user=user).exists():
-        raise ValidationError({"user": f"{user} is already a member of {tenant.slug}"})
-    membership = Membership.all_tenants.create(tenant=tenant, user=user, role=role, cluster_identity=cluster_identity)
+    with tenant_scope(tenant):
+        if Membership.objects.filter(user=user).exists():
+            raise ValidationError({"user": f"{user} is already a member of {tenant.slug}"})
+        membership = Membership.objects.create(tenant=tenant, user=user, role=role, cluster_identity=cluster_identity)
     tenant_audit(actor, "membership.create", membership, tenant, None, snapshot(membership, Membership.AUDIT_FIELDS))
     _bump(tenant)
     return membership

@@ -13,6 +13,7 @@ from apps.core import liveauth
 from apps.core.audit import audit_record, snapshot
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
+from apps.core.scoping import tenant_scope
 
 from ..choices import TenantPhase
 from ..models import ApiKey, Tenant
@@ -96,7 +97,8 @@ def tenant_archive(*, actor: Principal, tenant: Tenant) -> Tenant:
     tenant.generation = F("generation") + 1
     tenant.save()
     tenant.refresh_from_db()
-    ApiKey.all_tenants.filter(tenant=tenant, revoked_at__isnull=True).update(revoked_at=now)
+    with tenant_scope(tenant):
+        ApiKey.objects.filter(revoked_at__isnull=True).update(revoked_at=now)
     tenant_audit(actor, "tenant.archive", tenant, tenant, before, snapshot(tenant, Tenant.AUDIT_FIELDS))
     nudge(RECONCILE)
     access_changed()
