@@ -13,8 +13,6 @@ from typing import Any
 
 from apps.core.db.bulk import bulk_set, bulk_set_deferred
 from apps.core.db.deferred import atomic_deferred_writes
-from apps.core.db.prepared import Arg
-from apps.core.db.prepared_update import PreparedUpdate
 from apps.core.periodic import nudge
 from apps.tenants.services import api_key_revoke_bound_deferred
 
@@ -25,7 +23,6 @@ from ..status import Observed, set_condition
 from .admitting import PassAdmission
 from .placement import timestamp
 
-_FINALIZE = PreparedUpdate(lambda: Job.all_tenants.filter(pk__any_of=Arg("pks")), finalized=True)
 # The buffers a write isolates (apps.jobs.reconciler.isolation saves, narrows and restores them).
 BUFFERS = ("changes", "jobs", "events", "status", "revoke", "issued", "finalize")
 
@@ -140,7 +137,7 @@ class StatusWriter:
                 api_key_revoke_bound_deferred(bound_to=[*ended, *self.issued], keep=keep)
             rest = [pk for pk in self.finalize if pk not in written]  # (finalized with its status otherwise)
             if rest:
-                _FINALIZE.run_deferred(pks=rest)
+                Job.all_tenants.filter(pk__in=rest).update(finalized=True)
             if shared:
                 self.admission.queue_status.write()  # computed by the pass's admission
             services.job_events_record(events)

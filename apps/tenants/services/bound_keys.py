@@ -9,8 +9,6 @@ from collections.abc import Iterable
 from django.utils import timezone
 
 from apps.core.db.bulk import bulk_insert
-from apps.core.db.prepared import Arg
-from apps.core.db.prepared_update import PreparedUpdate
 
 from .. import keys
 from ..models import ApiKey, Tenant
@@ -58,24 +56,24 @@ def api_keys_issue_bound(
     return plaintext
 
 
-_REVOKE_BOUND = PreparedUpdate(
-    lambda: ApiKey.all_tenants.filter(bound_to__any_of=Arg("bound_to"), revoked_at__isnull=True).exclude(
-        key_id__any_of=Arg("keep")
-    ),
-    revoked_at=Arg("now"),
-)
+def _revoke_bound(bound_to: list[str], keep: list[str]) -> int:
+    return (
+        ApiKey.all_tenants.filter(bound_to__in=bound_to, revoked_at__isnull=True)
+        .exclude(key_id__in=keep)
+        .update(revoked_at=timezone.now())
+    )
 
 
 def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ()) -> int:
     """Revoke every key bound to an object, or to any of a list of objects (e.g. when jobs end), except the keys
-    (by key id) in `keep`. One UPDATE, compiled once (apps.core.db.prepared). Returns how many were revoked."""
+    (by key id) in `keep`. One UPDATE. Returns how many were revoked."""
     targets = [bound_to] if isinstance(bound_to, str) else list(bound_to)
     if not targets:
         return 0
-    return _REVOKE_BOUND.run(bound_to=targets, keep=list(keep), now=timezone.now())
+    return _revoke_bound(targets, list(keep))
 
 
 def api_key_revoke_bound_deferred(*, bound_to: list[str], keep: Iterable[str] = ()) -> None:
-    """`api_key_revoke_bound` sent with the caller's other writes (apps.core.db.deferred): a reconcile pass's."""
+    """`api_key_revoke_bound` for a reconcile pass's jobs that ended."""
     if bound_to:
-        _REVOKE_BOUND.run_deferred(bound_to=list(bound_to), keep=list(keep), now=timezone.now())
+        _revoke_bound(list(bound_to), list(keep))
