@@ -20,8 +20,10 @@ from apps.core.db.bulk import bulk_insert
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
 from apps.core.principal import Principal, system
+from apps.core.scopes import ADMIN
 from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
+from apps.tenants.services import api_key_revoke_bound
 
 from . import choices as C
 from .admission_inputs import admission_fields, request_of
@@ -303,8 +305,6 @@ def job_resubmit(*, actor: Principal, job: Job) -> Job:
 def job_budget_release(*, actor: Principal, job: Job) -> Job:
     """Let a waiting job past its tenant's hard budgets: admission no longer checks its forecast against them
     (apps.jobs.admission). Platform admins only; audited with the actor. Raises PermissionError, JobConflict."""
-    from apps.core.scopes import ADMIN
-
     if not (actor.is_platform and ADMIN in actor.platform_scopes):
         raise PermissionError("only platform staff with admin can release a job from its budget hold")
     with tenant_scope(job.tenant_id):
@@ -365,8 +365,6 @@ def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
 @transaction.atomic
 def job_delete(*, actor: Principal, job: Job) -> None:
     """Delete the job and its history; the reconciler removes its cluster objects (PVC included)."""
-    from apps.tenants.services import api_key_revoke_bound
-
     _audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
     api_key_revoke_bound(bound_to=f"job:{job.uid}")
     billing.usage_job_deleted(job=job)  # a run still going ends now and is sealed

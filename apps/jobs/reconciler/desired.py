@@ -71,6 +71,8 @@ class DesiredState:
         return timezone.now() >= job.completion_time + dt.timedelta(seconds=ttl)
 
     def desired(self, owner: Job, live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The job's manifests this pass: its PVC always (until its TTL), its Secret, workload and Service while it
+        is admitted and neither ending nor evicted, a finished workload kept until the TTL."""
         spec, ns, tenant = owner.typed_spec, owner.tenant.namespace, owner.tenant.slug
         common = {"name": owner.name, "namespace": ns, "uid": owner.uid_text, "tenant": tenant}
         pvc = manifests.data_pvc(spec, **common)
@@ -179,6 +181,7 @@ class DesiredState:
         return workload
 
     def prepare(self, owner: Job, manifest: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """A Secret gets its token (issued this pass, or now); the Service an owner reference to the workload."""
         if manifest["kind"] == "Secret":  # a fresh token each time the Secret is (re)created
             token = self.tokens.take(f"job:{owner.uid_text}") or api_key_issue_bound(
                 tenant=owner.tenant, bound_to=f"job:{owner.uid_text}", scopes=[JOBS_REPORT], name=f"job {owner.name}"

@@ -140,6 +140,7 @@ class StatusObserver:
         return True
 
     def _apply_observed(self, job: Job, seen: Observed, now: dt.datetime) -> None:
+        """Record what the workload and its pods show: its end, or its phase, nodes, restarts and readiness."""
         if seen.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
             self.writer.finish(job, seen.phase, seen.reason, seen.message, now, seen=seen)
             return
