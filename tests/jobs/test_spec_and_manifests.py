@@ -218,7 +218,7 @@ BAD = [
 def test_bad_specs_name_the_field(overrides, field):
     from django.core.exceptions import ValidationError
 
-    from apps.jobs.services import _spec_errors
+    from apps.jobs.services.jobs import _spec_errors
 
     with pytest.raises(serializers.ValidationError) as caught:
         normalize_spec(spec(**overrides))
@@ -230,7 +230,7 @@ ONE_POD = {"distributed": {"enabled": False}}
 
 
 def _spec_errors_of(overrides: dict) -> dict[str, list[str]]:
-    from apps.jobs.services import _spec_errors
+    from apps.jobs.services.jobs import _spec_errors
 
     with pytest.raises(serializers.ValidationError) as caught:
         normalize_spec(spec(**overrides))

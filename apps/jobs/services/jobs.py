@@ -1,5 +1,5 @@
-"""Jobs: submit, cancel, resize, delete and checkpoint reports. Every change is transactional and audited;
-the job reconciler turns the result into cluster objects and writes status.
+"""Jobs: submit, cancel, resize, resubmit, release, delete and checkpoint reports. Every change is transactional
+and audited; the job reconciler turns the result into cluster objects and writes status.
 """
 
 from __future__ import annotations
@@ -14,155 +14,30 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.billing import services as billing
-from apps.core import events as core_events
-from apps.core.audit import audit_record, audit_record_many, snapshot
-from apps.core.db.bulk import bulk_insert
+from apps.core.audit import snapshot
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
-from apps.core.principal import Principal, system
+from apps.core.principal import Principal
 from apps.core.scopes import ADMIN
 from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 from apps.tenants.services import api_key_revoke_bound
 
-from . import choices as C
-from .admission_inputs import admission_fields, request_of
-from .models import Job, JobEvent
-from .spec import JobSpec, normalize_spec
-
-__all__ = [
-    "PHASE_EVENT_TYPES",
-    "RECONCILE",
-    "RECONCILER",
-    "RESERVED_NAMES",
-    "JobConflict",
-    "job_budget_release",
-    "job_cancel",
-    "job_create",
-    "job_delete",
-    "job_estimate",
-    "job_event",
-    "job_events_record",
-    "job_report_checkpoint",
-    "job_resize",
-    "job_resubmit",
-    "job_validate",
-    "validate_name",
-]
+from .. import choices as C
+from ..admission_inputs import admission_fields, request_of
+from ..models import Job, JobEvent
+from ..spec import JobSpec, normalize_spec
+from .events import job_audit, job_event
 
 RECONCILE = "reconcile-jobs"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _RESUBMITTED = re.compile(r"-r\d+$")  # the suffix job_resubmit adds: resubmitting `a-r2` makes `a-r3`
-RECONCILER = system("job-reconciler")
-# Lifecycle event reasons that are phase changes outside receivers (webhooks) subscribe to.
-PHASE_EVENT_TYPES = {
-    "Queued": "job.queued",
-    "Requeued": "job.queued",
-    "Running": "job.running",
-    "Succeeded": "job.succeeded",
-    "Failed": "job.failed",
-    "Cancelled": "job.cancelled",
-    "Preempted": "job.preempted",
-    "Rejected": "job.rejected",
-}
-_PAYLOAD_FIELDS = {"uid", "spec", "queue_name"}
 # Paths under /api/v1/jobs/ that are endpoints, not jobs.
 RESERVED_NAMES = frozenset({"estimate"})
 
 
 class JobConflict(Conflict):
     """The job is in a state that does not allow this (HTTP 409)."""
-
-
-def _audit_fields(actor: Principal, action: str, job: Job, before: Any, after: Any) -> dict[str, Any]:
-    return dict(
-        actor=actor,
-        action=action,
-        obj=job,
-        object_type="job",
-        object_id=job.name,
-        tenant_id=job.tenant_id,
-        tenant_slug=job.tenant.slug,
-        before=before,
-        after=after,
-    )
-
-
-def _audit(actor: Principal, action: str, job: Job, before: Any, after: Any) -> None:
-    audit_record(**_audit_fields(actor, action, job, before, after))
-
-
-def job_event(*, job: Job, reason: str, message: str, type: str = "Normal", actor: Principal = RECONCILER) -> None:
-    """Record a lifecycle event: the job's event list, the audit log and the live channels (after commit)."""
-    job_events_record([(job, reason, message, type)], actor=actor)
-
-
-def job_events_record(
-    events: list[tuple[Job, str, str, str]], *, actor: Principal = RECONCILER, runs: bool = True
-) -> None:
-    """`job_event` for many (job, reason, message, type): one INSERT of events, one of audit rows. `runs=False`:
-    these jobs never ran (submitted jobs being queued), so no usage record can open or close."""
-    if not events:
-        return
-    bulk_insert(
-        JobEvent,
-        [
-            {"job_id": job.pk, "type": kind, "reason": reason, "message": message[:2000]}
-            for job, reason, message, kind in events
-        ],
-    )
-    audit_record_many(
-        [
-            _audit_fields(
-                actor, f"job.{reason[0].lower()}{reason[1:]}", job, None, {"reason": reason, "message": message[:500]}
-            )
-            for job, reason, message, _kind in events
-        ]
-    )
-    _emit_phase_events(events)
-    if runs:
-        billing.usage_job_events(events)  # usage records open at admission and close when the run ends
-
-
-def _emit_phase_events(events: list[tuple[Job, str, str, str]]) -> None:
-    """Phase changes among `events` as `job.*` events (apps.core.events), in the caller's transaction. Costs one
-    query when nobody listens; payloads are built only for the tenants and types someone subscribes to."""
-    typed = [(job, PHASE_EVENT_TYPES[r], r, m) for job, r, m, _k in events if r in PHASE_EVENT_TYPES]
-    if not typed:
-        return
-    wanted = core_events.listening(tenant_ids={e[0].tenant_id for e in typed}, types={e[1] for e in typed})
-    typed = [e for e in typed if (e[0].tenant_id, e[1]) in wanted]
-    if not typed:
-        return
-    # Jobs read with only a few columns (the reconciler's bulk queueing) get the rest in one query.
-    partial = [job.pk for job, *_ in typed if job.get_deferred_fields() & _PAYLOAD_FIELDS]
-    with tenant_scope({job.tenant_id for job, *_ in typed}):
-        found = Job.objects.filter(pk__any_of=partial).values("pk", "uid", "queue_name", "spec__type")
-    rows = {row["pk"]: row for row in found}
-    items = []
-    for job, event_type, reason, message in typed:
-        row = rows.get(job.pk) or {"uid": job.uid, "queue_name": job.queue_name, "spec__type": job.spec.get("type")}
-        payload = {
-            "name": job.name,
-            "uid": str(row["uid"]),
-            "type": row["spec__type"],
-            "queue": row["queue_name"],
-            "phase": event_type.removeprefix("job.").capitalize(),
-            "reason": reason,
-            "message": message[:1000],
-        }
-        labels = {C.TYPE_LABEL: payload["type"] or "", "gryvia.io/queue": payload["queue"]}
-        items.append(
-            {
-                "tenant_id": job.tenant_id,
-                "tenant_slug": job.tenant.slug,
-                "type": event_type,
-                "data": {"job": payload},
-                "subject": f"job/{job.name}",
-                "match": {"name": job.name, "labels": labels},
-            }
-        )
-    core_events.emit_many(items)
 
 
 def validate_name(name: Any) -> str:
@@ -248,7 +123,7 @@ def job_create(*, actor: Principal, tenant: Tenant, name: str, spec: Any) -> Job
                 )
         except IntegrityError as exc:
             raise ValidationError({"name": f"a job named {name!r} already exists in tenant {tenant.slug}"}) from exc
-        _audit(actor, "job.create", job, None, snapshot(job, Job.AUDIT_FIELDS))
+        job_audit(actor, "job.create", job, None, snapshot(job, Job.AUDIT_FIELDS))
         JobEvent.objects.create(job=job, reason="Submitted", message=f"submitted by {actor.label}")
         nudge(RECONCILE)  # (after the commit)
     return job
@@ -265,7 +140,7 @@ def job_cancel(*, actor: Principal, job: Job) -> Job:
         before = snapshot(job, Job.AUDIT_FIELDS)
         job.cancel_requested_at = timezone.now()
         job.save(update_fields=["cancel_requested_at", "updated_at"])
-        _audit(actor, "job.cancel", job, before, snapshot(job, Job.AUDIT_FIELDS))
+        job_audit(actor, "job.cancel", job, before, snapshot(job, Job.AUDIT_FIELDS))
         JobEvent.objects.create(job=job, reason="CancelRequested", message=f"cancel requested by {actor.label}")
         nudge(RECONCILE)
     return job
@@ -317,7 +192,7 @@ def job_budget_release(*, actor: Principal, job: Job) -> Job:
     job.budget_released_at = timezone.now()
     job.save(update_fields=["budget_released_at", "updated_at"])
     message = f"released from its budget hold by {actor.label}" + (f" ({job.message})" if held else "")
-    _audit(
+    job_audit(
         actor,
         "job.budget_release",
         job,
@@ -356,7 +231,7 @@ def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
     job.generation = F("generation") + 1
     job.save(update_fields=["spec", "request", "generation", "updated_at"])
     job.refresh_from_db()
-    _audit(actor, "job.resize", job, before, snapshot(job, Job.AUDIT_FIELDS))
+    job_audit(actor, "job.resize", job, before, snapshot(job, Job.AUDIT_FIELDS))
     JobEvent.objects.create(job=job, reason="ResizeRequested", message=f"{old} -> {nodes} nodes by {actor.label}")
     nudge(RECONCILE)
     return job
@@ -365,7 +240,7 @@ def job_resize(*, actor: Principal, job: Job, nodes: Any) -> Job:
 @transaction.atomic
 def job_delete(*, actor: Principal, job: Job) -> None:
     """Delete the job and its history; the reconciler removes its cluster objects (PVC included)."""
-    _audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
+    job_audit(actor, "job.delete", job, snapshot(job, Job.AUDIT_FIELDS), None)
     api_key_revoke_bound(bound_to=f"job:{job.uid}")
     billing.usage_job_deleted(job=job)  # a run still going ends now and is sealed
     job.delete()
