@@ -32,8 +32,8 @@ from apps.core import crypto, netguard
 
 from . import payloads, signing
 from .choices import AttemptStatus, DeliveryStatus
+from .failures import endpoint_failures_record
 from .models import Delivery, DeliveryAttempt
-from .services import endpoint_failures_record
 
 USER_AGENT = "gryvia-webhooks/1"
 

@@ -15,20 +15,22 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from apps.core import crypto, netguard
 from apps.core import events as core_events
-from apps.core.audit import audit_record, snapshot
+from apps.core.audit import snapshot
 from apps.core.errors import Conflict
 from apps.core.periodic import nudge
-from apps.core.principal import Principal, system
+from apps.core.principal import Principal
 from apps.core.scoping import tenant_scope
 from apps.tenants.models import Tenant
 
 from . import signing
+from .audit import SYSTEM, audit_change, endpoint_snapshot
 from .choices import DeliveryStatus, Format
+from .delivery import DrainStats, claim, send_and_record
+from .failures import endpoint_failures_record
 from .models import Delivery, WebhookEndpoint
 
 __all__ = [
@@ -50,34 +52,14 @@ __all__ = [
 
 WRITE = "webhooks:write"
 DRAIN = "deliver-webhooks"
-SYSTEM = system("webhooks")
 SUBSCRIBABLE = tuple(t for t in core_events.EVENT_TYPES if t != "ping") + core_events.RESERVED_EVENT_TYPES
 UPDATE_FIELDS = WebhookEndpoint.AUDIT_FIELDS
 _MAX_SELECTORS = 20
 
 
-def _audit(actor: Principal, action: str, obj: WebhookEndpoint | Delivery, before: Any, after: Any) -> None:
-    kind = "webhook_endpoint" if isinstance(obj, WebhookEndpoint) else "webhook_delivery"
-    audit_record(
-        actor=actor,
-        action=action,
-        obj=obj,
-        object_type=kind,
-        object_id=str(obj.pk),
-        tenant_id=obj.tenant_id,
-        tenant_slug=obj.tenant.slug,
-        before=before,
-        after=after,
-    )
-
-
 def _require_write(actor: Principal, tenant: Tenant) -> None:
     if not actor.has_scope(WRITE, tenant.pk):
         raise PermissionError(f"this credential lacks the scope {WRITE!r} in tenant {tenant.slug}")
-
-
-def _snapshot(endpoint: WebhookEndpoint) -> dict[str, Any]:
-    return snapshot(endpoint, WebhookEndpoint.AUDIT_FIELDS)
 
 
 # --- validation ----------------------------------------------------------------------------------------------------
@@ -174,7 +156,7 @@ def endpoint_create(
         endpoint = WebhookEndpoint.objects.create(
             tenant=tenant, secret_encrypted=crypto.encrypt(secret), created_by=actor.label, **values
         )
-    _audit(actor, "webhook.create", endpoint, None, {**_snapshot(endpoint), "secret": "set"})
+    audit_change(actor, "webhook.create", endpoint, None, {**endpoint_snapshot(endpoint), "secret": "set"})
     return endpoint, secret
 
 
@@ -188,7 +170,7 @@ def endpoint_update(*, actor: Principal, endpoint: WebhookEndpoint, **changes: A
         endpoint = WebhookEndpoint.objects.select_for_update().select_related("tenant").get(pk=endpoint.pk)
     _require_write(actor, endpoint.tenant)
     values = validate_fields(changes)
-    before = _snapshot(endpoint)
+    before = endpoint_snapshot(endpoint)
     fields = [name for name, value in values.items() if getattr(endpoint, name) != value]
     if not fields:
         return endpoint
@@ -199,7 +181,7 @@ def endpoint_update(*, actor: Principal, endpoint: WebhookEndpoint, **changes: A
         if name in values:
             setattr(endpoint, name, values[name])
     endpoint.save(update_fields=[*fields, "updated_at"])
-    _audit(actor, "webhook.update", endpoint, before, _snapshot(endpoint))
+    audit_change(actor, "webhook.update", endpoint, before, endpoint_snapshot(endpoint))
     if endpoint.enabled:
         nudge(DRAIN)
     return endpoint
@@ -209,7 +191,7 @@ def endpoint_update(*, actor: Principal, endpoint: WebhookEndpoint, **changes: A
 def endpoint_delete(*, actor: Principal, endpoint: WebhookEndpoint) -> None:
     """Delete the endpoint with its deliveries and their attempts."""
     _require_write(actor, endpoint.tenant)
-    _audit(actor, "webhook.delete", endpoint, _snapshot(endpoint), None)
+    audit_change(actor, "webhook.delete", endpoint, endpoint_snapshot(endpoint), None)
     endpoint.delete()
 
 
@@ -234,14 +216,12 @@ def endpoint_rotate_secret(
         update_fields=["secret_encrypted", "previous_secret_encrypted", "previous_secret_expires_at", "updated_at"]
     )
     after = {"secret": "rotated", **snapshot(endpoint, ("previous_secret_expires_at",))}
-    _audit(actor, "webhook.rotate_secret", endpoint, before, after)
+    audit_change(actor, "webhook.rotate_secret", endpoint, before, after)
     return endpoint, secret
 
 
 def endpoint_ping(*, actor: Principal, endpoint: WebhookEndpoint) -> Delivery:
     """Send a `ping` event to this endpoint now (one attempt inline; retried like any delivery if it fails)."""
-    from .delivery import DrainStats, claim, send_and_record
-
     with transaction.atomic():
         with tenant_scope(endpoint.tenant_id):
             endpoint = WebhookEndpoint.objects.select_related("tenant").get(pk=endpoint.pk)
@@ -252,36 +232,12 @@ def endpoint_ping(*, actor: Principal, endpoint: WebhookEndpoint) -> Delivery:
         core_events.emit(tenant=endpoint.tenant, type="ping", data=data, endpoint_ids=[endpoint.pk])
         with tenant_scope(endpoint.tenant_id):
             delivery = Delivery.objects.filter(endpoint=endpoint, event__type="ping").order_by("-id").first()
-        _audit(actor, "webhook.ping", endpoint, None, {"delivery": delivery.pk})
+        audit_change(actor, "webhook.ping", endpoint, None, {"delivery": delivery.pk})
     batch = claim(now=timezone.now(), limit=1, only_ids=[delivery.pk])
     if batch:  # no transaction is open here: the request goes out after the delivery row is committed
         send_and_record(batch, now=timezone.now(), stats=DrainStats())
     with tenant_scope(delivery.tenant_id):
         return Delivery.objects.select_related("event", "endpoint").get(pk=delivery.pk)
-
-
-def endpoint_failures_record(*, endpoint_id: int, failed: bool) -> bool:
-    """Count a finished delivery in the endpoint's run of failures (a success ends the run). Returns whether
-    this failure disabled the endpoint. Runs in the caller's transaction."""
-    if not failed:
-        WebhookEndpoint.all_tenants.filter(pk=endpoint_id, consecutive_failures__gt=0).update(consecutive_failures=0)
-        return False
-    WebhookEndpoint.all_tenants.filter(pk=endpoint_id).update(consecutive_failures=F("consecutive_failures") + 1)
-    endpoint = WebhookEndpoint.all_tenants.select_related("tenant").get(pk=endpoint_id)
-    limit = settings.GRYVIA_WEBHOOK_DISABLE_AFTER
-    if not endpoint.enabled or endpoint.consecutive_failures < limit:
-        return False
-    reason = f"disabled after {endpoint.consecutive_failures} consecutive failed deliveries"
-    if not WebhookEndpoint.all_tenants.filter(pk=endpoint_id, enabled=True).update(
-        enabled=False, disabled_reason=reason, updated_at=timezone.now()
-    ):
-        return False
-    before = _snapshot(endpoint)
-    endpoint.enabled, endpoint.disabled_reason = False, reason
-    _audit(SYSTEM, "webhook.disable", endpoint, before, {**_snapshot(endpoint), "reason": reason})
-    data = {"endpoint": endpoint.pk, "url": endpoint.url, "reason": reason, "consecutive_failures": limit}
-    core_events.emit(tenant=endpoint.tenant, type="webhook.disabled", data=data, subject=f"webhook/{endpoint.pk}")
-    return True
 
 
 # --- deliveries ----------------------------------------------------------------------------------------------------
@@ -303,6 +259,6 @@ def delivery_redeliver(*, actor: Principal, delivery: Delivery) -> Delivery:
     delivery.finished_at, delivery.locked_until, delivery.claim = None, None, ""
     fields = ["status", "next_attempt_at", "first_attempt_at", "finished_at", "locked_until", "claim"]
     delivery.save(update_fields=[*fields, "updated_at"])
-    _audit(actor, "webhook.redeliver", delivery, before, snapshot(delivery, Delivery.AUDIT_FIELDS))
+    audit_change(actor, "webhook.redeliver", delivery, before, snapshot(delivery, Delivery.AUDIT_FIELDS))
     nudge(DRAIN)
     return delivery

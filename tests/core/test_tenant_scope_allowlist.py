@@ -57,7 +57,7 @@ ALLOWED: dict[str, str] = {
     # Webhooks: the outbox fan-out and the delivery worker drain every tenant's queue.
     "apps/webhooks/outbox.py": "the outbox fan-out of events to every tenant's endpoints",
     "apps/webhooks/delivery.py": "the delivery worker, claiming due deliveries of every tenant",
-    "apps/webhooks/services.py::endpoint_failures_record": "the delivery worker's count, given an endpoint's id only",
+    "apps/webhooks/failures.py::endpoint_failures_record": "the delivery worker's count, given an endpoint's id only",
     "apps/tenants/services/bound_keys.py": "the job reconciler revokes the keys of the jobs it ended, every tenant's",
     # Budgets may belong to no tenant (platform budgets): no tenant scope holds them.
     "apps/billing/services/budgets/writes.py": "budgets of no tenant (platform budgets)",
@@ -99,7 +99,7 @@ def test_all_tenants_only_where_allowed():
         ("apps/jobs/reconciler/writer.py::PassMixin", True),
         ("apps/billing/selectors/usage.py::usage_summary", True),
         ("apps/tenants/management/commands/create_tenant.py::Command", True),
-        ("apps/webhooks/services.py::endpoint_failures_record", True),
+        ("apps/webhooks/failures.py::endpoint_failures_record", True),
         ("apps/webhooks/services.py::endpoint_update", False),
         ("apps/jobs/services.py::job_cancel", False),
         ("apps/webhooks/api/views.py::WebhookEndpointViewSet", False),

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.llm import services as llm_services
-from apps.llm.gateway import keys, quota, routes
+from apps.llm.gateway import counters, keys, quota, routes
 from apps.llm.gateway.meter import meter
 from apps.llm.models import LlmUsage
 from tests.factories import ACTOR
@@ -129,7 +129,7 @@ def clear_counters() -> None:
     """Forget every cached key and route and every quota counter (in Redis: only the gateway's keys)."""
     keys.forget()
     routes.forget()
-    quota.reset()
+    counters.reset()
     if settings.REDIS_URL:
         import redis
 
@@ -176,7 +176,7 @@ class Counter:
 
     def value(self) -> int | None:
         if not settings.REDIS_URL:
-            return quota.counters()._get(self.key)
+            return counters.counters()._get(self.key)
         import redis
 
         client = redis.Redis.from_url(settings.REDIS_URL)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys, metrics, routes, tokens
+from .counters import counters
 from .meter import meter
-from .quota import Scope, counters
+from .quota import Scope
 from .request import Call
 from .upstream import client, request_headers
 

@@ -25,6 +25,8 @@ from apps.core.db.bulk import bulk_insert
 from apps.llm.models import LlmUsage, LlmUsageHourly
 from apps.tenants.models import ApiKey
 
+from .counters import counters
+
 logger = logging.getLogger(__name__)
 MAX_PENDING = 200_000
 
@@ -91,8 +93,6 @@ class Meter:
             return 0
         self.written += len(batch)
         try:
-            from .quota import counters
-
             counters().forget(batch)
         except Exception:  # the records stay in Redis; written again (once) only if this process dies
             logger.warning("metering: could not forget %d written rows' records in Redis", len(batch), exc_info=True)

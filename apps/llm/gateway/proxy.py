@@ -22,9 +22,10 @@ import httpx
 from django.http import HttpResponse
 
 from . import keys, limits, metrics, routes, tokens
+from .counters import counters
 from .errors import GatewayError
 from .ledger import CLIENT_CLOSED, Ledger, Usage
-from .quota import Refused, Scope, counters
+from .quota import Refused, Scope
 from .relay import relay_error, relay_stream, relay_whole
 from .request import EMBEDDINGS, Call, parse
 from .upstream import client, connect, read_body, request_headers

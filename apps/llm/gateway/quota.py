@@ -5,8 +5,9 @@ request reserves its most possible use (the prompt's bound + `max_tokens` or the
 once, atomically, or is refused naming the first scope it would overrun; when it ends (stream end, error, or the
 client hanging up) the reservation is settled to the real usage, so each counter ends exact. Counters live in Redis
 (shared_counters.py: every replica shares them, with a durable record of each open reservation) or, without
-REDIS_URL, in this process (the embedded profile has one). A day counter that does not exist is rebuilt from the
-day's metered usage in the database plus the open reservations, never re-created by a settlement.
+REDIS_URL, in this process (the embedded profile has one); counters.py picks them. A day counter that does not exist
+is rebuilt from the day's metered usage in the database plus the open reservations, never re-created by a
+settlement.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import threading
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
-
-from django.conf import settings
 
 PREFIX = "gryvia:llm:"
 # The day's durable usage in the database for a scope, and which of the given request ids it already includes.
@@ -98,30 +97,6 @@ class MemoryCounters:
         if found is None or found[1] <= dt.datetime.now(dt.UTC):
             return None
         return found[0]
-
-
-_counters: Any = None
-
-
-def counters():
-    """The counters of this profile: RedisCounters (shared_counters.py) with REDIS_URL, else MemoryCounters."""
-    global _counters
-    if _counters is None:
-        if settings.REDIS_URL:
-            from .shared_counters import RedisCounters
-
-            _counters = RedisCounters(settings.REDIS_URL)
-        else:
-            _counters = MemoryCounters()
-    return _counters
-
-
-def reset() -> None:
-    """Forget the counters object (tests that switch profiles)."""
-    global _counters
-    if _counters is not None and hasattr(_counters, "close"):
-        _counters.close()
-    _counters = None
 
 
 def day_key(scope: str, ident: str | int, day: dt.date) -> str:

@@ -22,9 +22,10 @@ from django.db.models import Sum
 
 from apps.llm.models import LlmUsage, LlmUsageHourly
 
+from .counters import counters
 from .db import off_loop
 from .meter import write_rows
-from .shared_counters import TOMB
+from .shared_counters import REPLICAS, TOMB, alive_key, records_key
 
 logger = logging.getLogger(__name__)
 REPLICA_DIED = 502  # what the client of a request whose process died saw: the connection broke
@@ -77,9 +78,6 @@ def settle_dead_replicas() -> int:
     """Settle what every dead gateway process left in Redis; returns how many requests were written."""
     if not settings.REDIS_URL:
         return 0  # the embedded profile's one process holds its reservations in memory: they die with it
-    from .quota import counters
-    from .shared_counters import REPLICAS, alive_key, records_key
-
     shared = counters()
     client = shared.sync
     total = 0
