@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import threading
 import time
 import urllib.error
@@ -38,6 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .distributed import any_rank, env_int, initialized_dist
 from .files import (  # noqa: F401 - re-exported: this module is the public entry point
     COMMITTED_FILE,
     DEFAULT_BARRIER_TIMEOUT_S,
@@ -64,7 +64,7 @@ from .files import (  # noqa: F401 - re-exported: this module is the public entr
     resume_enabled,
     step_dir_name,
 )
-from .reporting import post_report
+from .reporting import ProgressReporter, post_report
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -75,42 +75,6 @@ class CheckpointError(RuntimeError):
 
 class NoCheckpointError(CheckpointError, FileNotFoundError):
     """There is no committed checkpoint to load (or none for this rank)."""
-
-
-def _env_int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        log(f"ignoring {name}={value!r}: not an integer")
-        return default
-
-
-def _initialized_dist() -> Any | None:
-    """torch.distributed when the caller already imported it and initialized a process group; never imports."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None
-    try:
-        if dist.is_available() and dist.is_initialized():
-            return dist
-    except Exception:  # an odd torch build must not break checkpointing
-        return None
-    return None
-
-
-def _any_rank(dist: Any, flag: bool) -> bool:
-    """True on every rank when it is true on some rank (an all-reduce MAX of one int)."""
-    import torch
-
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
 
 
 class CheckpointManager:
@@ -145,11 +109,11 @@ class CheckpointManager:
         if not directory:
             raise ValueError(f"no checkpoint directory: pass one or set {ENV_DIR}")
         self.directory = Path(directory)
-        dist = _initialized_dist()
+        dist = initialized_dist()
         if rank is None:
-            rank = dist.get_rank() if dist is not None else _env_int("RANK", 0)
+            rank = dist.get_rank() if dist is not None else env_int("RANK", 0)
         if world_size is None:
-            world_size = dist.get_world_size() if dist is not None else _env_int("WORLD_SIZE", 1)
+            world_size = dist.get_world_size() if dist is not None else env_int("WORLD_SIZE", 1)
         if not (world_size >= 1 and 0 <= rank < world_size):
             raise ValueError(f"rank {rank} is not within a world of size {world_size}")
         self.rank: int = int(rank)
@@ -158,7 +122,7 @@ class CheckpointManager:
         self.job_token = (job_token if job_token is not None else os.environ.get(ENV_JOB_TOKEN)) or None
         self.job_name = (job_name if job_name is not None else os.environ.get(ENV_JOB_NAME)) or None
         if interval is None:
-            interval = _env_int(ENV_INTERVAL, None)
+            interval = env_int(ENV_INTERVAL, None)
         self.interval: int | None = int(interval) if interval and int(interval) > 0 else None
         if request_file is None:
             request_file = os.environ.get(ENV_REQUEST_FILE) or self.directory / REQUEST_FILE_NAME
@@ -168,8 +132,7 @@ class CheckpointManager:
         self._signal_flag = False  # set by the SIGUSR1 handler (or request_checkpoint())
         self._pending_request = False  # should_checkpoint() said yes because of a request
         self._served_request: tuple[int, int, int] | None = None  # the request file a save already served
-        self._last_progress: float | None = None
-        self._progress_thread: threading.Thread | None = None
+        self._progress = ProgressReporter(lambda step: self.report(step, committed=False))
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self.directory)!r}, rank={self.rank}, world_size={self.world_size})"
@@ -256,7 +219,7 @@ class CheckpointManager:
             if self.rank == 0 and requested:
                 self._acknowledge(step)
             return
-        dist = _initialized_dist() if self.world_size > 1 else None
+        dist = initialized_dist() if self.world_size > 1 else None
         step_dir = self.path_for(step)
         step_dir.mkdir(parents=True, exist_ok=True)
         fsync_dir(self.directory)
@@ -383,9 +346,9 @@ class CheckpointManager:
         on every rank at every step."""
         periodic = self.interval is not None and step > 0 and step % self.interval == 0
         requested = self.checkpoint_requested
-        dist = _initialized_dist() if sync and self.world_size > 1 else None
+        dist = initialized_dist() if sync and self.world_size > 1 else None
         if dist is not None:
-            requested = _any_rank(dist, requested)
+            requested = any_rank(dist, requested)
         if requested:
             self._pending_request = True
         return periodic or requested
@@ -423,21 +386,8 @@ class CheckpointManager:
         unless `block`. Returns whether a report was sent (or, in the background, started)."""
         if self.rank != 0 or self.report_url is None:
             return False
-        now = time.monotonic()
-        if self._last_progress is not None and now - self._last_progress < PROGRESS_INTERVAL_S:
-            return False
-        if self._progress_thread is not None and self._progress_thread.is_alive():
-            return False
-        self._last_progress = now
-        if block:
-            return self.report(step, committed=False)
-        self._progress_thread = threading.Thread(
-            target=self.report, args=(step, False), name="gryvia-progress-report", daemon=True
-        )
-        self._progress_thread.start()
-        return True
+        return self._progress.report(step, block=block)
 
     def wait_for_reports(self, timeout: float | None = None) -> None:
         """Join a progress report still in flight (e.g. before exiting)."""
-        if self._progress_thread is not None:
-            self._progress_thread.join(timeout)
+        self._progress.wait(timeout)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
-from .files import REPORT_BACKOFF_S, REPORT_RETRIES, REPORT_TIMEOUT_S, log
+from .files import PROGRESS_INTERVAL_S, REPORT_BACKOFF_S, REPORT_RETRIES, REPORT_TIMEOUT_S, log
 
 
 def post_report(url: str, *, token: str, step: int, committed: bool) -> bool:
@@ -39,3 +41,31 @@ def post_report(url: str, *, token: str, step: int, committed: bool) -> bool:
             time.sleep(REPORT_BACKOFF_S * 2**attempt)
     log(f"could not report step {step} (committed={bool(committed)}) to {url}: {error}")
     return False
+
+
+class ProgressReporter:
+    """Progress reports of one rank, at most once every PROGRESS_INTERVAL_S (10 s), one in flight at a time."""
+
+    def __init__(self, send: Callable[[int], bool]) -> None:
+        self._send = send
+        self._last: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def report(self, step: int, *, block: bool = False) -> bool:
+        """Send `step` now (`block`) or in a background thread; False when too soon or one is still in flight."""
+        now = time.monotonic()
+        if self._last is not None and now - self._last < PROGRESS_INTERVAL_S:
+            return False
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        self._last = now
+        if block:
+            return self._send(step)
+        self._thread = threading.Thread(target=self._send, args=(step,), name="gryvia-progress-report", daemon=True)
+        self._thread.start()
+        return True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Join a report still in flight."""
+        if self._thread is not None:
+            self._thread.join(timeout)
