@@ -27,10 +27,10 @@ from apps.tenants.models import Tenant
 
 from . import routing, spec
 from .models import InferenceService, ModelAlias
+from .reconciler import RECONCILE
 
 __all__ = [
     "ALIAS_FIELDS",
-    "KEY_LIMIT_FIELDS",
     "MODELS_WRITE",
     "RECONCILE",
     "SERVICE_FIELDS",
@@ -46,12 +46,10 @@ __all__ = [
     "validate_model_alias",
 ]
 
-RECONCILE = "reconcile-inference-services"
 MODELS_WRITE = "models:write"
 # What `inference_service_update` may change: every spec field but the name (the object's address) and tenant.
 SERVICE_FIELDS = tuple(f for f in InferenceService.AUDIT_FIELDS if f != "name") + ("credential",)
 ALIAS_FIELDS = ("targets",)
-KEY_LIMIT_FIELDS = ("allowed_models", "requests_per_minute", "tokens_per_minute", "tokens_per_day")
 _TYPES = {InferenceService: "inference_service", ModelAlias: "model_alias"}
 
 

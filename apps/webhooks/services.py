@@ -32,6 +32,7 @@ from .choices import DeliveryStatus, Format
 from .delivery import DrainStats, claim, send_and_record
 from .failures import endpoint_failures_record
 from .models import Delivery, WebhookEndpoint
+from .outbox import DRAIN
 
 __all__ = [
     "DRAIN",
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 WRITE = "webhooks:write"
-DRAIN = "deliver-webhooks"
 SUBSCRIBABLE = tuple(t for t in core_events.EVENT_TYPES if t != "ping") + core_events.RESERVED_EVENT_TYPES
 UPDATE_FIELDS = WebhookEndpoint.AUDIT_FIELDS
 _MAX_SELECTORS = 20
