@@ -57,4 +57,3 @@ class Command(BaseCommand):
                 "algorithm": Application.RS256_ALGORITHM,
             },
         )
-
