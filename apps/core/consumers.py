@@ -17,9 +17,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from . import events, liveauth
 from .identity import provider
@@ -36,10 +34,10 @@ def _groups_for(principal: Principal, target: Target) -> frozenset[str]:
         tenant = provider().tenant_get_visible(principal=principal, slug=target[1])
         return frozenset({events.tenant_group(tenant.pk)}) if tenant is not None else frozenset()
     _, kind, object_id = target
-    path = settings.GRYVIA_WS_OBJECT_KINDS.get(kind)
-    if path is None:
+    visible = events.object_visibility(kind)
+    if visible is None:
         return frozenset()
-    tenant_ids = import_string(path)(principal=principal, object_id=object_id)
+    tenant_ids = visible(principal=principal, object_id=object_id)
     return frozenset(events.object_group(tenant_id, kind, object_id) for tenant_id in tenant_ids)
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -126,9 +125,30 @@ def on_layer_loop(call: Callable[[], Awaitable[Any]], *, timeout_s: float = _SEN
         return None
 
 
+# kind -> (the scope a subscriber needs to receive its events, the function that says which tenants' copy of one
+# object a principal may watch, or None when a client cannot subscribe to one object of the kind). Each app
+# registers the kinds it emits from its AppConfig.ready(): core knows no app.
+_kinds: dict[str, tuple[str | None, Callable[..., Any] | None]] = {}
+
+
+def register_kind(kind: str, *, read_scope: str | None, visible: Callable[..., Any] | None = None) -> None:
+    """Declare an event kind: `read_scope` is what a subscriber needs to receive its events (None: any access to
+    the tenant); `visible(principal=, object_id=)`, when given, lets a websocket client subscribe to one object of
+    it and returns the ids of the tenants whose object of that id the principal may watch."""
+    known = _kinds.get(kind)
+    if known is not None and known != (read_scope, visible):
+        raise ValueError(f"event kind {kind!r} is already registered differently")
+    _kinds[kind] = (read_scope, visible)
+
+
 def read_scope(kind: str) -> str | None:
     """The scope a subscriber needs to receive events about objects of `kind` (None: any access to the tenant)."""
-    return settings.GRYVIA_EVENT_READ_SCOPES.get(kind)
+    return _kinds.get(kind, (None, None))[0]
+
+
+def object_visibility(kind: str) -> Callable[..., Any] | None:
+    """The access check of one object of `kind` for a websocket subscription (None: not subscribable)."""
+    return _kinds.get(kind, (None, None))[1]
 
 
 def _delivery(

@@ -8,8 +8,11 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.billing.selectors import job_runs_register
+        from apps.core import events
 
-        from .selectors import job_timeouts
+        from .selectors import job_timeouts, job_visible
 
         # Billing is below jobs: it asks which jobs still exist (its orphan sweep) and their timeouts (its forecast).
         job_runs_register(job_timeouts)
+        # The kind of live events this app emits (apps.core.events; a client may subscribe to one job).
+        events.register_kind("job", read_scope="jobs:read", visible=job_visible)

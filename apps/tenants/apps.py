@@ -7,9 +7,10 @@ class TenantsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from apps.core import identity, lifecycle
+        from apps.core import events, identity, lifecycle
 
         from . import demo
+        from .selectors import api_key_visible
         from .services.identity import TenantsIdentity
 
         # apps.core checks credentials and finds tenants through this provider: it may not import this app.
@@ -22,3 +23,7 @@ class TenantsConfig(AppConfig):
         lifecycle.register_bootstrap_action(
             "rotate-demo-key", demo.demo_key_rotate, help_text="replace the demo API key: print and store a new one"
         )
+        # The kinds of live events this app emits (apps.core.events; a client may subscribe to one API key).
+        events.register_kind("tenant", read_scope=None)
+        events.register_kind("membership", read_scope=None)
+        events.register_kind("api_key", read_scope="keys:read", visible=api_key_visible)

@@ -173,21 +173,3 @@ GRYVIA_CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-
-# Object kinds a websocket client may subscribe to, each with the function that checks access to one object.
-GRYVIA_WS_OBJECT_KINDS = {
-    "api_key": "apps.tenants.selectors.api_key_visible",
-    "job": "apps.jobs.selectors.job_visible",
-}
-# The scope a websocket subscriber needs to receive events about each kind (unlisted: any access to the tenant).
-GRYVIA_EVENT_READ_SCOPES = {
-    "api_key": "keys:read",
-    "job": "jobs:read",
-    "queue": "queues:read",
-    "reservation": "queues:read",
-    "budget": "billing:read",
-    "membership": None,
-    "tenant": None,
-    "webhook_endpoint": "webhooks:read",
-    "webhook_delivery": "webhooks:read",
-}
