@@ -175,7 +175,7 @@ def _seed(size: int, submit: str) -> int:
     from apps.core.audit import snapshot
     from apps.core.models import AuditEntry
     from apps.core.principal import system
-    from apps.jobs.admission_inputs import Priorities, admission_fields
+    from apps.jobs.admission.inputs import Priorities, admission_fields
     from apps.jobs.models import Job, JobEvent
     from apps.jobs.services import job_create
     from apps.jobs.spec import normalize_spec

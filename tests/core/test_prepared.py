@@ -10,7 +10,7 @@ from django.db.models.functions import RowNumber
 from django.test.utils import CaptureQueriesContext
 
 from apps.core.db.prepared import Arg, PreparedRead, int_array_literal, reuse_built
-from apps.jobs import admission_inputs
+from apps.jobs.admission import inputs as admission_inputs
 from apps.jobs.models import Job
 from tests.factories import make_tenant
 from tests.jobs.factories import make_job

@@ -27,7 +27,7 @@ ALLOWED: dict[str, str] = {
     # Reconcilers: one pass walks every tenant's objects.
     "apps/*/reconciler.py": "reconciler",
     "apps/*/reconciler/*.py": "reconciler",
-    "apps/jobs/admission_inputs.py": "the job reconciler's admission reads every queue's waiting and admitted jobs",
+    "apps/jobs/admission/inputs.py": "the job reconciler's admission reads every queue's waiting and admitted jobs",
     "apps/queueing/services/status.py": "the job reconciler's queue status write, every queue at once",
     "apps/queueing/reservations.py": "the reservations' claim sweep over every tenant, run by the job reconciler",
     # Platform-wide selectors: the reads other apps and the platform's own views make across tenants.

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 def backfill(apps, schema_editor):
     """Queue, priority and request of the jobs submitted before these columns existed (as job_create sets them)."""
-    from apps.jobs.admission_inputs import request_of
+    from apps.jobs.admission.inputs import request_of
 
     Job = apps.get_model("jobs", "Job")
     PriorityClass = apps.get_model("queueing", "PriorityClass")

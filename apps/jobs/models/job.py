@@ -74,7 +74,7 @@ class Job(TenantOwnedModel):
                 condition=models.Q(phase__in=WAITING_PHASES),
             ),
             # The few jobs past admission and not yet finalized, among thousands waiting or done: what every
-            # reconcile pass reads (apps.jobs.admission_inputs.active) without scanning the table.
+            # reconcile pass reads (apps.jobs.admission.inputs.active) without scanning the table.
             models.Index(
                 fields=["id"],
                 name="job_admitted_idx",

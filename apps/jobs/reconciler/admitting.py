@@ -14,8 +14,11 @@ from django.db import transaction
 from apps.cluster.services import WORKLOAD, ClusterBackend
 from apps.queueing.services import queue_status_sync
 
-from .. import admission_budgets, admission_inputs, admission_limits, selectors, services
+from .. import selectors, services
 from ..admission import GPU, Decision, admit
+from ..admission import budgets as admission_budgets
+from ..admission import inputs as admission_inputs
+from ..admission import limits as admission_limits
 from ..choices import HOLDING_PHASES, JobPhase
 from ..models import Job
 from ..status import workload_ended

@@ -68,7 +68,7 @@ class PassSelection:
                         self.writer.waiting_reason(pk, d.reason, d.message)
                     continue
             decided.add(pk)
-        if native:  # the admitted and ended jobs the admission read (admission_inputs.active), then the waiting ones
+        if native:  # the admitted and ended jobs the admission read (admission.inputs.active), then the waiting ones
             rows = [
                 (r.pk, r.uid, r.phase, r.generation, r.observed_generation, r.cancel_requested_at, *r[-2:])
                 for r in admission.active_rows

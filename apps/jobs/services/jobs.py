@@ -24,7 +24,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import api_key_revoke_bound
 
 from .. import choices as C
-from ..admission_inputs import admission_fields, request_of
+from ..admission.inputs import admission_fields, request_of
 from ..models import Job, JobEvent
 from ..spec import JobSpec, normalize_spec
 from .events import job_audit, job_event

@@ -14,7 +14,7 @@ from apps.core.quantities import cpu_millicores, memory_bytes
 from apps.queueing import selectors as queueing
 from apps.tenants.models import Tenant
 
-from .admission import GPU, QueueQuota
+from .usage import GPU, QueueQuota
 
 
 def _limits(vector: dict[str, float]) -> dict[str, int | None]:

@@ -45,8 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 
-from .admission_usage import (  # noqa: F401  (the records are part of this module's interface)
-    DEFAULT_QUEUE,
+from .usage import (
     GPU,
     BudgetRoom,
     CycleUsage,
@@ -54,7 +53,6 @@ from .admission_usage import (  # noqa: F401  (the records are part of this modu
     Demand,
     Holding,
     QueueQuota,
-    Vector,
     never_fits,
     what_is_missing,
 )

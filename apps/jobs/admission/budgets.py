@@ -1,5 +1,5 @@
 """Admission's input from hard budgets: each tenant's budget rooms and the waiting jobs' forecast costs (the feeder
-of `apps.jobs.admission.admit`'s `budgets`, beside apps.jobs.admission_inputs)."""
+of `apps.jobs.admission.admit`'s `budgets`, beside apps.jobs.admission.inputs)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.conf import settings
 
 from apps.billing import selectors as billing
 
-from .admission import BudgetRoom, Demand, Holding
+from .usage import BudgetRoom, Demand, Holding
 
 
 def budget_rooms(

@@ -1,5 +1,5 @@
 """Feeds the admission function from the database: waiting jobs and what admitted jobs hold (the queues' quota
-and the tenants' ceilings: apps.jobs.admission_limits).
+and the tenants' ceilings: apps.jobs.admission.limits).
 
 A job's queue, priority and resource request are fixed when it is submitted (`admission_fields`, stored on the
 row), so a cycle reads plain columns: the first jobs of each queue in queue order (one query with a window
@@ -21,10 +21,10 @@ from apps.core.db.prepared import PreparedRead, json_from_db
 from apps.core.quantities import QuantityError, cpu_millicores, memory_bytes
 from apps.queueing import selectors as queueing
 
-from .admission import GPU, Demand, Holding
-from .choices import HOLDING_PHASES, WAITING_PHASES, JobPhase
-from .models import Job
-from .spec import JobSpec
+from ..choices import HOLDING_PHASES, WAITING_PHASES, JobPhase
+from ..models import Job
+from ..spec import JobSpec
+from .usage import GPU, Demand, Holding
 
 # The order of a queue's waiting jobs (admission's order within a queue, and the position a reader sees).
 QUEUE_ORDER = (F("priority").desc(), F("created_at").asc(), F("id").asc())

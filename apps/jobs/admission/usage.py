@@ -48,7 +48,7 @@ class Demand:
     preempting: bool = False  # jobs were evicted for it (it waits for them, or for what they freed)
     cost: Decimal | None = None  # forecast cost, checked against its tenant's hard budgets (None: not checked)
     currency: str = ""
-    timeout_s: int | None = None  # what its forecast is for (the feeder prices it: apps.jobs.admission_inputs)
+    timeout_s: int | None = None  # what its forecast is for (the feeder prices it: apps.jobs.admission.inputs)
     budget_released: bool = False  # a platform admin released it from its budgets' hold
 
 
