@@ -14,7 +14,7 @@ from typing import Any
 from apps.core.db.bulk import bulk_set, bulk_set_deferred
 from apps.core.db.deferred import atomic_deferred_writes
 from apps.core.periodic import nudge
-from apps.tenants.services import api_key_revoke_bound_deferred
+from apps.tenants.services import api_key_revoke_bound
 
 from .. import services
 from ..choices import HOLDING_PHASES, TERMINAL_PHASES, JobPhase
@@ -134,7 +134,7 @@ class StatusWriter:
                 # one UPDATE. A job that ended in the pass its key was issued keeps none.
                 ended = set(self.revoke)
                 keep = [key_id for bound_to, key_id in self.issued.items() if bound_to not in ended]
-                api_key_revoke_bound_deferred(bound_to=[*ended, *self.issued], keep=keep)
+                api_key_revoke_bound(bound_to=[*ended, *self.issued], keep=keep)
             rest = [pk for pk in self.finalize if pk not in written]  # (finalized with its status otherwise)
             if rest:
                 Job.all_tenants.filter(pk__in=rest).update(finalized=True)

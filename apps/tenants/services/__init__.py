@@ -7,7 +7,7 @@ Every change goes through these functions (audited, transactional). Reads: apps.
 from ..keys import parse_key
 from ..manifests import CONTAINER_DEFAULT_LIMITS
 from .api_keys import KEY_UPDATE_FIELDS, api_key_create, api_key_revoke, api_key_rotate, api_key_update
-from .bound_keys import api_key_issue_bound, api_key_revoke_bound, api_key_revoke_bound_deferred, api_keys_issue_bound
+from .bound_keys import api_key_issue_bound, api_key_revoke_bound, api_keys_issue_bound
 from .credentials import (
     KEY_RECORD_FIELDS,
     LAST_USED_RESOLUTION,
@@ -45,7 +45,6 @@ __all__ = [
     "api_key_issue_bound",
     "api_key_revoke",
     "api_key_revoke_bound",
-    "api_key_revoke_bound_deferred",
     "api_key_rotate",
     "api_key_update",
     "api_key_verify",

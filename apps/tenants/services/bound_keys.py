@@ -71,9 +71,3 @@ def api_key_revoke_bound(*, bound_to: str | list[str], keep: Iterable[str] = ())
     if not targets:
         return 0
     return _revoke_bound(targets, list(keep))
-
-
-def api_key_revoke_bound_deferred(*, bound_to: list[str], keep: Iterable[str] = ()) -> None:
-    """`api_key_revoke_bound` for a reconcile pass's jobs that ended."""
-    if bound_to:
-        _revoke_bound(list(bound_to), list(keep))
