@@ -3,15 +3,11 @@
 
 import os
 
-from django.conf import settings
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gryvia_site.settings.base")
+# /static/ is served by WhiteNoise's middleware inside Django (GRYVIA_SERVE_STATIC, settings/components/core.py).
 django_asgi_app = get_asgi_application()
-if settings.GRYVIA_SERVE_STATIC:
-    # The admin's CSS and JS, served by the app itself (one process, no web server in front).
-    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

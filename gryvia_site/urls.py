@@ -32,4 +32,6 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     # Last: any other path under /api/ is a 404 in the API's error format, DEBUG or not.
     re_path(r"^api/(?P<path>.*)$", core_views.api_not_found, name="api-not-found"),
+    # The browser dashboard: /, /login/, /jobs/ ... (apps/dashboard, docs/dashboard.md).
+    path("", include("apps.dashboard.urls")),
 ]

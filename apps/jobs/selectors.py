@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from django.db.models import Q, Sum
+from collections.abc import Mapping
+
+from django.db.models import Count, Q, QuerySet, Sum
 
 from apps.core.db.deferred import read_together
 from apps.core.db.epochs import EpochCached
 from apps.core.db.prepared import Arg, PreparedRead, model_fields
 from apps.core.principal import Principal
-from apps.core.scoping import ALL_TENANTS
+from apps.core.scoping import ALL_TENANTS, filter_to_scope
 from apps.tenants.models import Tenant
 
 from .choices import WAITING_PHASES, JobPhase
-from .models import Job
+from .filtersets import JobFilterSet
+from .models import Job, JobEvent
 from .models.job import queue_position, with_queue_positions
 
 __all__ = [
     "SUBMITTED_FIELDS",
     "gpus_in_use",
+    "job_events_recent",
+    "job_filterset",
+    "job_get_readable",
+    "job_phase_counts",
     "job_timeouts",
     "job_visible",
+    "jobs_readable",
     "jobs_to_reconcile",
     "queue_position",
     "submitted_jobs",
@@ -114,3 +122,34 @@ def job_visible(*, principal: Principal, object_id: str) -> list[int]:
 def job_timeouts(pks: list[int]) -> dict[int, int | None]:
     """job pk -> its timeout in seconds (None: no timeout), for the jobs among `pks` that exist (billing's forecast)."""
     return dict(Job.all_tenants.filter(pk__in=pks).values_list("pk", "timeout_s"))
+
+
+def jobs_readable(*, principal: Principal, tenant_id: int) -> QuerySet[Job]:
+    """The jobs of tenant `tenant_id` as /api/v1/jobs/ lists them to `principal` (its read scope `jobs:read` in that
+    tenant, the same tenant filter, queue positions, newest first); none when it lacks the scope there."""
+    scope = frozenset({tenant_id}) if principal.has_scope("jobs:read", tenant_id) else frozenset()
+    visible = filter_to_scope(Job.all_tenants.select_related("tenant"), scope)
+    return with_queue_positions(visible).order_by("-created_at", "-id")
+
+
+def job_filterset(*, principal: Principal, tenant_id: int, data: Mapping[str, str]) -> JobFilterSet:
+    """The REST API's job filters (phase, type, queue, name) applied to `jobs_readable`; `.qs` is the list,
+    `.form` the filter form with its errors."""
+    return JobFilterSet(data=data, queryset=jobs_readable(principal=principal, tenant_id=tenant_id))
+
+
+def job_get_readable(*, principal: Principal, tenant_id: int, name: str) -> Job | None:
+    """The job `name` of tenant `tenant_id` if `principal` may read it there (None: the API's 404)."""
+    return jobs_readable(principal=principal, tenant_id=tenant_id).filter(name=name).first()
+
+
+def job_phase_counts(*, principal: Principal, tenant_id: int) -> dict[str, int]:
+    """phase -> number of jobs of the tenant readable by `principal` (phases with none are absent)."""
+    scope = frozenset({tenant_id}) if principal.has_scope("jobs:read", tenant_id) else frozenset()
+    rows = filter_to_scope(Job.all_tenants.all(), scope).values_list("phase").annotate(n=Count("id")).order_by()
+    return dict(rows)
+
+
+def job_events_recent(*, job: Job, limit: int = 100) -> list[JobEvent]:
+    """The job's last `limit` events, oldest first (the job was read through a scoped selector)."""
+    return list(reversed(job.events.order_by("-created_at", "-id")[:limit]))

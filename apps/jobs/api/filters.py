@@ -1,12 +1,4 @@
-import django_filters
+# The filter definition lives beside the models (apps/jobs/filtersets.py): the dashboard's list uses it too.
+from ..filtersets import JobFilterSet
 
-from ..models import Job
-
-
-class JobFilterSet(django_filters.FilterSet):
-    type = django_filters.CharFilter(field_name="spec__type")
-    name = django_filters.CharFilter(lookup_expr="icontains")
-
-    class Meta:
-        model = Job
-        fields = ("phase", "type", "name")
+__all__ = ["JobFilterSet"]

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "oauth2_provider",
     "channels",
     "axes",
+    "django_htmx",  # ships htmx-2.min.js as a static file: the dashboard's htmx, no CDN
     "apps.core",
     "apps.tenants",
     "apps.cluster",
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.llm",
     "apps.webhooks",
+    "apps.dashboard",
 ]
 
 MIDDLEWARE = [
@@ -63,6 +65,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.core.api.throttling.RateLimitHeadersMiddleware",
     # Last, as django-axes requires: it turns a login refused for a lockout into its lockout page.
@@ -118,6 +121,15 @@ STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 # Production serves /static/ from its ingress or a CDN after collectstatic; set to 0 there if you do.
 GRYVIA_SERVE_STATIC = env_bool("GRYVIA_SERVE_STATIC", True)
+if GRYVIA_SERVE_STATIC:
+    # WhiteNoise serves /static/ (the admin's and the dashboard's files) from the app itself with cache headers;
+    # from the apps' static folders directly (finders), so `make run` needs no collectstatic.
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+        "whitenoise.middleware.WhiteNoiseMiddleware",
+    )
+    WHITENOISE_USE_FINDERS = True
+    STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise also serves collectstatic's output, and warns when it is missing
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "/accounts/login/"
 
