@@ -175,3 +175,23 @@ def test_the_pages_load_their_css_and_htmx_from_this_origin(tenant_a):
     assert b'src="/static/django_htmx/htmx-2.min.js"' in page.content
     assert b"<script>" not in page.content  # no inline script: the CSP forbids it
     assert "unsafe-inline" not in page["Content-Security-Policy"].split("script-src")[1].split(";")[0]
+
+
+@pytest.mark.parametrize("path", ["/static/django_htmx/htmx-2.min.js", "/static/dashboard/dashboard.css"])
+def test_the_app_serves_its_own_static_files(client, path):
+    response = client.get(path)  # WhiteNoise, from the apps' static folders: no collectstatic, no CDN
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content)
+
+
+def test_the_overview_query_count_does_not_grow_with_the_jobs(tenant_a):
+    client = _client_for(_member(tenant_a))
+    make_job(tenant_a, name="few-0")
+    client.get("/")
+    with CaptureQueriesContext(connection) as few:
+        client.get("/")
+    for i in range(15):
+        make_job(tenant_a, name=f"many-{i}")
+    with CaptureQueriesContext(connection) as many:
+        assert b"many-14" in client.get("/").content
+    assert len(many) == len(few)
