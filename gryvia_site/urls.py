@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
@@ -29,6 +30,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
+    # Single sign-on for people (Gryvia as the provider's client), only when configured (components/oidc.py).
+    *([path("oidc/", include("apps.tenants.sso.urls"))] if settings.GRYVIA_OIDC_ENABLED else []),
     path("api/v1/", include(api_v1)),
     # Last: any other path under /api/ is a 404 in the API's error format, DEBUG or not.
     re_path(r"^api/(?P<path>.*)$", core_views.api_not_found, name="api-not-found"),

@@ -9,6 +9,7 @@ from .components.drf import *  # noqa: F403
 from .components.llm import *  # noqa: F403
 from .components.logging import *  # noqa: F403
 from .components.oauth import *  # noqa: F403
+from .components.oidc import *  # noqa: F403
 from .components.redis import *  # noqa: F403
 from .components.stripe import *  # noqa: F403
 from .components.webhooks import *  # noqa: F403

@@ -14,8 +14,11 @@ class Membership(TenantOwnedModel):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gryvia_memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     cluster_identity = models.CharField(max_length=200, blank=True, default="")
+    # "sso" when OIDC single sign-on made it: only those are removed when the provider's claim stops naming the
+    # tenant; a membership granted by hand ("") stays whatever the claim says.
+    source = models.CharField(max_length=10, blank=True, default="")
 
-    AUDIT_FIELDS = ("role", "cluster_identity")
+    AUDIT_FIELDS = ("role", "cluster_identity", "source")
 
     class Meta(TenantOwnedModel.Meta):
         constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user_per_tenant")]

@@ -19,6 +19,7 @@ from .credentials import (
 )
 from .hooks import KEY_LIMIT_FIELDS, access_changed, on_access_changed, register_key_limit_validator
 from .memberships import membership_add, membership_remove, membership_update
+from .sso import SSO_SOURCE, memberships_sync_from_claims, sso_roles_from_claim
 from .tenants import (
     RECONCILE,
     TENANT_SPEC_FIELDS,
@@ -36,6 +37,7 @@ __all__ = [
     "KEY_UPDATE_FIELDS",
     "LAST_USED_RESOLUTION",
     "RECONCILE",
+    "SSO_SOURCE",
     "TENANT_SPEC_FIELDS",
     "KeyRecord",
     "access_changed",
@@ -52,10 +54,12 @@ __all__ = [
     "membership_add",
     "membership_remove",
     "membership_update",
+    "memberships_sync_from_claims",
     "on_access_changed",
     "parse_key",
     "principal_for_user",
     "register_key_limit_validator",
+    "sso_roles_from_claim",
     "tenant_archive",
     "tenant_create",
     "tenant_record_reconcile_error",

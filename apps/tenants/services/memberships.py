@@ -46,15 +46,19 @@ def _check_rank(actor: Principal, tenant: Tenant, *roles: str) -> None:
 
 
 @transaction.atomic
-def membership_add(*, actor: Principal, tenant: Tenant, user: Any, role: str, cluster_identity: str = "") -> Membership:
-    """Give `user` a role in `tenant` (one membership per user and tenant)."""
+def membership_add(
+    *, actor: Principal, tenant: Tenant, user: Any, role: str, cluster_identity: str = "", source: str = ""
+) -> Membership:
+    """Give `user` a role in `tenant` (one membership per user and tenant); `source` "sso" marks single sign-on's."""
     if role not in S.ROLES:
         raise ValidationError({"role": f"must be one of {', '.join(S.ROLES)}"})
     _check_rank(actor, tenant, role)
     with tenant_scope(tenant):
         if Membership.objects.filter(user=user).exists():
             raise ValidationError({"user": f"{user} is already a member of {tenant.slug}"})
-        membership = Membership.objects.create(tenant=tenant, user=user, role=role, cluster_identity=cluster_identity)
+        membership = Membership.objects.create(
+            tenant=tenant, user=user, role=role, cluster_identity=cluster_identity, source=source
+        )
     tenant_audit(actor, "membership.create", membership, tenant, None, snapshot(membership, Membership.AUDIT_FIELDS))
     _bump(tenant)
     return membership
