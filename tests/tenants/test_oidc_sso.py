@@ -22,6 +22,7 @@ from apps.core.principal import SYSTEM
 from apps.tenants.models import Membership
 from apps.tenants.services import membership_add
 from apps.tenants.sso import discovery
+from apps.tenants.sso.backend import username_for_sub
 from gryvia_site.settings.components.oidc import oidc_settings
 from tests.factories import make_tenant
 
@@ -36,29 +37,40 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def provider():
-    """The provider process on a free loopback port; any client id is accepted (no registration required)."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [str(PROVIDER_BIN), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+class _Provider:
+    """One oidc-provider-mock process on a free loopback port; any client id is accepted (no registration)."""
+
+    def __init__(self) -> None:
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [str(PROVIDER_BIN), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"{url}/.well-known/openid-configuration", timeout=1).status_code == 200:
-                    break
+                if httpx.get(f"{self.url}/.well-known/openid-configuration", timeout=1).status_code == 200:
+                    return
             except httpx.TransportError:
                 pass
-            assert process.poll() is None, "oidc-provider-mock exited at start-up"
-            assert time.monotonic() < deadline, "oidc-provider-mock did not answer within 20 s"
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("oidc-provider-mock did not answer within 20 s")
             time.sleep(0.1)
-        yield url
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def provider():
+    started = _Provider()
+    try:
+        yield started.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        started.stop()
 
 
 def _sso_on(provider_url: str):
@@ -123,7 +135,7 @@ def test_code_flow_signs_in_a_member_of_the_tenant_in_groups(client, sso):
     assert entry.actor == "system:sso"
 
 
-def test_roles_follow_the_claim_and_only_sso_memberships_go(client, sso):
+def test_roles_follow_the_claim_and_only_sso_memberships_go(client, sso, caplog):
     make_tenant(slug="demo")
     make_tenant(slug="lab")
     kept = make_tenant(slug="kept")
@@ -136,6 +148,7 @@ def test_roles_follow_the_claim_and_only_sso_memberships_go(client, sso):
     _sign_in(client, sso, "bob", {"groups": ["demo:viewer", "lab:superuser"]})
     # demo's role follows the claim; lab's unknown role is ignored, so lab (made by SSO) goes; kept stays.
     assert _memberships("sso-bob") == {"demo": "viewer", "kept": "member"}
+    assert "unknown role 'superuser'" in caplog.text
 
 
 def test_a_claim_naming_no_tenant_lands_on_the_no_tenant_page(client, sso):
@@ -176,6 +189,45 @@ def test_a_provider_that_is_down_gets_a_clear_page(client):
         clear_url_caches()
     assert response.status_code == 502
     assert b"Single sign-on is unavailable" in response.content
+
+
+def test_a_provider_that_goes_down_during_sign_in_gets_a_clear_page(client):
+    import gryvia_site.urls
+
+    doomed = _Provider()
+    discovery.forget()
+    try:
+        with _sso_on(doomed.url):
+            importlib.reload(gryvia_site.urls)
+            clear_url_caches()
+            authorize = client.get("/oidc/authenticate/")["Location"]  # discovery is now cached
+            callback = urlsplit(httpx.post(authorize, data={"sub": "erin"}).headers["location"])
+            doomed.stop()  # before Gryvia redeems the code at the token endpoint
+            response = client.get(f"{callback.path}?{callback.query}")
+    finally:
+        doomed.stop()
+        discovery.forget()
+        importlib.reload(gryvia_site.urls)
+        clear_url_caches()
+    assert response.status_code == 502
+    assert b"did not complete the sign-in" in response.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_a_denied_authorization_is_a_page_not_a_login(client, sso):
+    authorize = client.get("/oidc/authenticate/")["Location"]
+    callback = urlsplit(httpx.post(authorize, data={"action": "deny"}).headers["location"])
+    response = client.get(f"{callback.path}?{callback.query}")
+    assert response.status_code == 403
+    assert b"Sign-in did not complete" in response.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_usernames_come_from_sub_and_an_odd_sub_gets_a_digest():
+    assert username_for_sub("alice") == "sso-alice"
+    odd = username_for_sub("CN=Alice Smith,OU=People")
+    assert odd.startswith("sso-h-") and len(odd) == 46
+    assert odd != username_for_sub("CN=Bob,OU=People")
 
 
 def test_logout_ends_the_session_and_goes_to_the_provider(client, sso):
