@@ -265,3 +265,10 @@ def test_the_sso_button_shows_only_when_configured(rf, sso):
     assert "Sign in with SSO" in html and 'href="/oidc/authenticate/?next=/jobs/"' in html
     with override_settings(GRYVIA_OIDC_ENABLED=False):
         assert "Sign in with SSO" not in render_to_string("dashboard/_sso_button.html", {}, request=request)
+
+
+def test_the_login_page_offers_sso_only_when_configured(client, sso):
+    page = client.get("/login/?next=/jobs/").content.decode()
+    assert "Sign in with SSO" in page and "/oidc/authenticate/?next=/jobs/" in page
+    with override_settings(GRYVIA_OIDC_ENABLED=False):
+        assert "Sign in with SSO" not in client.get("/login/").content.decode()
