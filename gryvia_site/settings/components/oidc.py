@@ -61,6 +61,9 @@ def oidc_settings(
             "OIDC_STORE_ID_TOKEN": True,
             "OIDC_OP_LOGOUT_URL_METHOD": "apps.tenants.sso.views.provider_logout_url",
             "OIDC_VERIFY_SSL": True,
+            # Where the callback lands without a `next`: the dashboard's overview (Django's default,
+            # /accounts/profile/, is no page here; tests/dashboard/test_browser.py caught it).
+            "LOGIN_REDIRECT_URL": "/",
         }
     )
     return values
