@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_job_actions, views_keys
 
 app_name = "dashboard"
 
@@ -10,5 +10,11 @@ urlpatterns = [
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("jobs/", views.job_list, name="jobs"),
     path("jobs/<slug:name>/", views.job_detail, name="job"),
+    path("jobs/<slug:name>/cancel/", views_job_actions.job_cancel_view, name="job-cancel"),
+    path("jobs/<slug:name>/resubmit/", views_job_actions.job_resubmit_view, name="job-resubmit"),
+    # Not under jobs/: any DNS label, "new" or "submit" too, is a job's name there.
+    path("submit/", views_job_actions.job_submit, name="job-submit"),
+    path("keys/", views_keys.key_list, name="keys"),
+    path("keys/<str:key_id>/revoke/", views_keys.key_revoke, name="key-revoke"),
     path("tenant/", views.tenant_switch, name="tenant-switch"),
 ]

@@ -14,8 +14,10 @@ from apps.core.scoping import ALL_TENANTS
 from .models import ApiKey, Membership, Tenant
 
 __all__ = [
+    "api_key_get_of_tenant",
     "api_key_next_expiry",
     "api_key_visible",
+    "api_keys_of_tenant",
     "memberships_of_user",
     "tenant_get_by_id",
     "tenant_get_visible",
@@ -57,6 +59,24 @@ def api_key_visible(*, principal: Principal, object_id: str) -> list[int]:
     if tenants is not ALL_TENANTS:
         qs = qs.filter(tenant_id__in=tenants)
     return sorted(set(qs.values_list("tenant_id", flat=True)))
+
+
+def api_keys_of_tenant(*, principal: Principal, tenant_id: int) -> QuerySet[ApiKey]:
+    """The tenant's user-managed keys (not those bound to a job), newest first, as `GET /api/v1/keys/` lists them;
+    none unless `principal` holds keys:read there."""
+    if not principal.has_scope("keys:read", tenant_id):
+        return ApiKey.all_tenants.none()
+    return ApiKey.all_tenants.filter(tenant_id=tenant_id, bound_to="").order_by("-created_at", "-id")
+
+
+def api_key_get_of_tenant(*, principal: Principal, tenant_id: int, key_id: str) -> ApiKey | None:
+    """One key of the tenant by its id (None: no such key there, or no keys:read: the API's 404)."""
+    return (
+        api_keys_of_tenant(principal=principal, tenant_id=tenant_id)
+        .select_related("tenant")
+        .filter(key_id=key_id)
+        .first()
+    )
 
 
 def api_key_next_expiry(*, key_pk: int) -> dt.datetime | None:

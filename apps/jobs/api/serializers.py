@@ -23,48 +23,11 @@ class JobInputSerializer(serializers.Serializer):
     name_required = True
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"body": ["must be a JSON or YAML mapping"]})
-        errors: dict[str, list[str]] = {}
-        if "apiVersion" in data or "kind" in data or "metadata" in data:
-            allowed = {"apiVersion", "kind", "metadata", "spec"}
-            if data.get("apiVersion") != API_VERSION:
-                errors["apiVersion"] = [f"must be {API_VERSION!r}"]
-            if data.get("kind") != C.KIND:
-                errors["kind"] = [f"must be {C.KIND!r}"]
-            metadata = data.get("metadata")
-            if not isinstance(metadata, dict):
-                errors["metadata"] = ["must be a mapping with a name"]
-                metadata = {}
-            for key in sorted(set(metadata) - {"name"}):  # labels/annotations would be dropped: say so instead
-                errors[f"metadata.{key}"] = ["unknown field (a job's metadata has only a name)"]
-            name = metadata.get("name")
-            field = "metadata.name"
-        else:
-            allowed = {"name", "spec"}
-            name = data.get("name")
-            field = "name"
-        for key in sorted(set(data) - allowed):
-            errors[key] = ["unknown field"]
-        if "spec" not in data:
-            errors["spec"] = ["is required"]
-        if name is None and self.name_required:
-            errors[field] = ["is required"]
-        if errors:
-            raise serializers.ValidationError({**errors, **_content_errors(name, data)})
-        return {"name": name, "spec": data["spec"]}
-
-
-def _content_errors(name: Any, data: dict[str, Any]) -> dict[str, list[str]]:
-    """The name's and the spec's own errors (the service checks them), reported with the document's: every error of
-    a manifest in one answer."""
-    if "spec" not in data:
-        return {}
-    try:
-        services.job_validate(name=name, spec=data["spec"], name_required=False)
-    except DjangoValidationError as exc:
-        return exc.message_dict
-    return {}
+        try:
+            name, spec = services.job_document_parse(data, name_required=self.name_required)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return {"name": name, "spec": spec}
 
 
 class JobSerializer(serializers.ModelSerializer):

@@ -3,6 +3,7 @@ checkpoint reports (`jobs`), and lifecycle events (`events`). Every change is tr
 reconciler turns the result into cluster objects and writes status.
 """
 
+from .documents import job_document_load, job_document_parse
 from .events import PHASE_EVENT_TYPES, RECONCILER, job_event, job_events_record
 from .jobs import (
     RECONCILE,
@@ -30,6 +31,8 @@ __all__ = [
     "job_cancel",
     "job_create",
     "job_delete",
+    "job_document_load",
+    "job_document_parse",
     "job_estimate",
     "job_event",
     "job_events_record",
