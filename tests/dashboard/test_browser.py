@@ -8,21 +8,27 @@ turns the skip into a failure."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.urls import clear_url_caches
 
 from apps.jobs.models import Job
 from apps.tenants import services as tenant_services
 from apps.tenants.models import Membership
+from apps.tenants.sso import discovery
 from tests.dashboard.conftest import CHROMIUM
 from tests.factories import ACTOR, make_tenant, make_user
 from tests.jobs.factories import make_job
 from tests.llm.gateway_env import ServerThread
-from tests.tenants.test_oidc_sso import provider, sso  # noqa: F401 - the real provider process and SSO settings
+from tests.tenants.test_oidc_sso import _free_port, _sso_on, provider, sso  # noqa: F401 - the real provider process and SSO settings
 
 EMBEDDED = not os.environ.get("DATABASE_URL")
 SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "dashboard"
@@ -200,3 +206,58 @@ def test_sso_in_chromium_a_claim_without_a_tenant_lands_on_the_no_tenant_page(wa
     assert view.heading() == "No tenant yet"
     assert not Membership.all_tenants.filter(user__username="sso-dave").exists()
     assert view.problems == []
+
+
+def test_sso_in_chromium_a_tampered_state_is_refused(watched, sso):  # noqa: F811
+    make_tenant("demo")
+    _provider_user(sso, "mallory", {"groups": ["demo"]})
+    view = watched()
+
+    def forge(route):  # the provider's answer, its redirect's state swapped for one this browser never sent
+        if route.request.method != "POST":
+            return route.continue_()
+        answer = route.fetch(max_redirects=0)
+        parts = urlsplit(answer.headers["location"])
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        forged = f"{view.base}{parts.path}?{urlencode({**query, 'state': 'forged-' + query['state']})}"
+        return route.fulfill(status=302, headers={**answer.headers, "location": forged})
+
+    view.page.route(re.compile(re.escape(sso) + "/oauth2/authorize"), forge)
+    view.goto("/login/")
+    view.page.click("text=Sign in with SSO")
+    view.page.fill("input[name=sub]", "mallory")
+    with view.page.expect_response(lambda r: "/oidc/callback/" in r.url) as answer:
+        view.page.click("button:has-text('Authorize')")
+    assert answer.value.status == 400
+    view.page.wait_for_load_state()
+    assert view.heading() == "Single sign-on failed"
+    assert view.page.is_visible("text=does not belong to this browser")
+    assert not get_user_model().objects.filter(username="sso-mallory").exists()
+    assert view.goto("/").url.startswith(view.base + "/login/")  # not signed in
+
+
+@pytest.fixture
+def sso_down():
+    """SSO configured against a loopback port nobody listens on."""
+    import gryvia_site.urls
+
+    discovery.forget()
+    with _sso_on(f"http://127.0.0.1:{_free_port()}"):
+        importlib.reload(gryvia_site.urls)
+        clear_url_caches()
+        yield
+    discovery.forget()
+    importlib.reload(gryvia_site.urls)
+    clear_url_caches()
+
+
+def test_sso_in_chromium_a_provider_that_is_down_gets_a_clear_page(watched, sso_down):
+    view = watched()
+    view.goto("/login/")
+    with view.page.expect_response(lambda r: "/oidc/authenticate/" in r.url) as answer:
+        view.page.click("text=Sign in with SSO")
+    assert answer.value.status == 502
+    view.page.wait_for_load_state()
+    assert view.heading() == "Single sign-on failed"
+    assert view.page.is_visible("text=Single sign-on is unavailable")
+    assert view.page.is_visible("text=sign in with a local account")
