@@ -13,6 +13,7 @@ subscribed to. A refused credential's close reason is the message REST and the L
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -23,6 +24,7 @@ from . import events, liveauth
 from .identity import provider
 from .principal import Principal, Refusal
 
+logger = logging.getLogger(__name__)
 Target = tuple[str, ...]  # ("tenant", slug) or ("object", kind, id)
 _EXPIRY_SLACK_S = 0.05  # past the expiry, so the check sees it expired
 
@@ -98,6 +100,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
             return
         groups = await _groups_for(self.principal, target)
         if not groups:  # the same answer for absent and forbidden: no existence leak
+            # Logged: a refused subscription may be someone probing another tenant's objects.
+            logger.warning("websocket subscription refused: %s for %s", what, self.principal.label)
             await self.send_json({"type": "error", "message": f"{what} not found"})
             return
         for group in groups:

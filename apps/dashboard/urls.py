@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_job_actions, views_keys
+from . import live, views, views_job_actions, views_keys
 
 app_name = "dashboard"
 
@@ -16,5 +16,7 @@ urlpatterns = [
     path("submit/", views_job_actions.job_submit, name="job-submit"),
     path("keys/", views_keys.key_list, name="keys"),
     path("keys/<str:key_id>/revoke/", views_keys.key_revoke, name="key-revoke"),
+    path("jobs/<slug:name>/status/", live.job_status, name="job-status"),
+    path("jobs/<slug:name>/log/", live.job_log, name="job-log"),
     path("tenant/", views.tenant_switch, name="tenant-switch"),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from django.db.models import Count, Q, QuerySet, Sum
 
@@ -13,6 +13,7 @@ from apps.core.principal import Principal
 from apps.core.scoping import ALL_TENANTS, filter_to_scope
 from apps.tenants.models import Tenant
 
+from . import logs
 from .choices import WAITING_PHASES, JobPhase
 from .filtersets import JobFilterSet
 from .models import Job, JobEvent
@@ -153,3 +154,13 @@ def job_phase_counts(*, principal: Principal, tenant_id: int) -> dict[str, int]:
 def job_events_recent(*, job: Job, limit: int = 100) -> list[JobEvent]:
     """The job's last `limit` events, oldest first (the job was read through a scoped selector)."""
     return list(reversed(job.events.order_by("-created_at", "-id")[:limit]))
+
+
+def job_log_text(*, job: Job, tail: int | None = None) -> str:
+    """The job's log as /api/v1/jobs/<name>/logs/ serves it (every index, lines prefixed `[<index>] `)."""
+    return logs.job_logs(job, tail=tail)
+
+
+def job_log_follow(*, job: Job, tail: int | None = None) -> AsyncIterator[str]:
+    """The job's log as it grows (the REST endpoint's `?follow=1`): new lines until the job ends and its pods drain."""
+    return logs.follow_job_logs(job, tail=tail)
