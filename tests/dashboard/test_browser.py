@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -20,7 +21,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import clear_url_caches
 
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobEvent
 from apps.tenants import services as tenant_services
 from apps.tenants.models import Membership
 from apps.tenants.sso import discovery
@@ -32,6 +33,7 @@ from tests.tenants.test_oidc_sso import _free_port, _sso_on, provider, sso  # no
 
 EMBEDDED = not os.environ.get("DATABASE_URL")
 SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "dashboard"
+SCREENSHOT_TIME = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 PASSWORD = "pw-for-tests-1"  # tests.factories.make_user's default
 
 if os.environ.get("GRYVIA_REQUIRE_BROWSER") == "1" and EMBEDDED and not Path(CHROMIUM).exists():
@@ -125,6 +127,11 @@ def test_a_local_user_logs_in_and_opens_the_overview_the_jobs_and_a_job_cleanly(
     for name, phase in (("eval-bert", "Succeeded"), ("sweep-lr", "Failed"), ("finetune-llama", "Queued")):
         Job.all_tenants.filter(pk=make_job(demo, name=name).pk).update(phase=phase)
     Job.all_tenants.filter(pk=job.pk).update(phase="Running")
+    # Fixed times, so the screenshots change only when the pages do (not on every run).
+    for minutes, name in enumerate(("train-resnet", "eval-bert", "sweep-lr", "finetune-llama")):
+        when = SCREENSHOT_TIME + timedelta(minutes=minutes)
+        Job.all_tenants.filter(tenant=demo, name=name).update(created_at=when)
+        JobEvent.objects.filter(job__tenant=demo, job__name=name).update(created_at=when)
 
     view = watched()
     assert view.goto("/").url.endswith("/login/?next=/")
