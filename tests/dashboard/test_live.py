@@ -50,7 +50,9 @@ def test_status_fragment_shows_the_current_phase_and_is_scoped_to_the_tenant(ten
     make_job(tenant_b, name="theirs-1")
     page = client.get("/jobs/live-1/")
     assert b'data-status-url="/jobs/live-1/status/"' in page.content
-    assert b"dashboard/live.js" in page.content
+    assert b"dashboard/live.js" in page.content and b'data-log-url="/jobs/live-1/log/"' in page.content
+    listing = client.get("/jobs/")
+    assert b'id="jobs-live" data-live-tenant="alpha"' in listing.content and b"dashboard/live.js" in listing.content
 
     first = client.get("/jobs/live-1/status/", HTTP_HX_REQUEST="true")
     assert first.status_code == 200 and first["Cache-Control"] == "no-store"

@@ -180,7 +180,20 @@
     follow();
   }
 
+  // A session that ended answers a refresh with the login page (tenant_page's redirect, followed by the XHR): go
+  // there as a whole page, with its ?next=, instead of swapping a login form into the status region or the table.
+  function loginOnExpiry() {
+    document.body.addEventListener("htmx:beforeSwap", (event) => {
+      const url = event.detail.xhr && event.detail.xhr.responseURL;
+      if (url && new URL(url).pathname === "/login/") {
+        event.detail.shouldSwap = false;
+        location.assign(url);
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    loginOnExpiry();
     jobStatus();
     jobList();
     logTail();
