@@ -59,6 +59,9 @@ ALLOWED: dict[str, str] = {
     "apps/webhooks/delivery.py": "the delivery worker, claiming due deliveries of every tenant",
     "apps/webhooks/failures.py::endpoint_failures_record": "the delivery worker's count, given an endpoint's id only",
     "apps/tenants/services/bound_keys.py": "the job reconciler revokes the keys of the jobs it ended, every tenant's",
+    "apps/tenants/services/sso.py::memberships_sync_from_claims": (
+        "an SSO login reads the user's memberships in every tenant: the claim decides which tenants they are"
+    ),
     # Budgets may belong to no tenant (platform budgets): no tenant scope holds them.
     "apps/billing/services/budgets/writes.py": "budgets of no tenant (platform budgets)",
     "apps/billing/api/budgets.py": "budgets of no tenant (platform budgets)",
